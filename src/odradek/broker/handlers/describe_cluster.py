@@ -1,0 +1,39 @@
+"""DescribeCluster v0-v2 (used by AdminClient.describe_cluster)."""
+
+from __future__ import annotations
+
+from ..errors import NONE
+from ..registry import api
+from .metadata import NO_OPS
+
+BROKERS_ENDPOINT = 1
+UNSUPPORTED_ENDPOINT_TYPE = 115
+
+
+@api(60, "DescribeCluster", 0, 2)
+def describe_cluster(broker, request):
+    endpoint_type = request.field("endpoint_type", BROKERS_ENDPOINT)
+    host, port = broker.config.advertised
+    error, message = NONE, None
+    brokers = [
+        {
+            "broker_id": broker.config.node_id,
+            "host": host,
+            "port": port,
+            "rack": broker.config.rack,
+            "is_fenced": False,
+        }
+    ]
+    if endpoint_type != BROKERS_ENDPOINT:
+        # A broker answers only for brokers; controllers are asked directly (KIP-919).
+        error, message, brokers = UNSUPPORTED_ENDPOINT_TYPE, "this node is a broker", []
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "error_message": message,
+        "endpoint_type": endpoint_type,
+        "cluster_id": broker.metadata.cluster_id,
+        "controller_id": broker.config.node_id,
+        "brokers": brokers,
+        "cluster_authorized_operations": NO_OPS,
+    }

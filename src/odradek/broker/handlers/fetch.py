@@ -1,0 +1,114 @@
+"""Fetch v4-v16: stored bytes out, long-poll through the purgatory.
+
+Sessions: odradek does not create incremental fetch sessions (an empty session is what
+the issue allows for now): a request with session id 0 is a full fetch and the response
+says session id 0, which tells clients no session exists, so they keep sending full
+requests. A non-zero session id gets FETCH_SESSION_ID_NOT_FOUND, and the client resets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from ...log.partition import OffsetOutOfRange
+from ..errors import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from ..registry import api
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _partition(index, code, hw=-1, log_start=-1, records=b""):
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": hw,
+        "last_stable_offset": hw,
+        "log_start_offset": log_start,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": records,
+    }
+
+
+def _resolve(broker, t, by_id: bool):
+    if by_id:
+        topic = broker.metadata.get_by_id(t.topic_id)
+        return topic, (UNKNOWN_TOPIC_ID if topic is None else NONE)
+    topic = broker.metadata.get(t.topic)
+    return topic, (UNKNOWN_TOPIC_OR_PARTITION if topic is None else NONE)
+
+
+def _read_all(broker, body, by_id):
+    """One pass over the requested partitions. Returns (responses, bytes, had_error)."""
+    budget = body.max_bytes
+    total = 0
+    had_error = False
+    first_data = True
+    responses = []
+    for t in body.topics:
+        topic, topic_error = _resolve(broker, t, by_id)
+        parts = []
+        for p in t.partitions:
+            plog = broker.logs.get(topic.name, p.partition) if topic is not None else None
+            if plog is None:
+                parts.append(_partition(p.partition, topic_error or UNKNOWN_TOPIC_OR_PARTITION))
+                had_error = True
+                continue
+            limit = min(p.partition_max_bytes, max(budget - total, 0))
+            try:
+                # KIP-74: the first partition with data returns at least one whole batch,
+                # even past max_bytes, so a large batch can never block a consumer.
+                result = plog.read(p.fetch_offset, limit, min_one=first_data)
+            except OffsetOutOfRange:
+                parts.append(_partition(p.partition, OFFSET_OUT_OF_RANGE, plog.high_watermark, plog.log_start_offset))
+                had_error = True
+                continue
+            if result.data:
+                first_data = False
+                total += len(result.data)
+            parts.append(_partition(p.partition, NONE, result.high_watermark, result.log_start_offset, result.data))
+        responses.append({"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", ZERO_UUID), "partitions": parts})
+    return responses, total, had_error
+
+
+def _keys(broker, body, by_id):
+    keys = []
+    for t in body.topics:
+        topic, _ = _resolve(broker, t, by_id)
+        if topic is not None:
+            keys.extend((topic.name, p.partition) for p in t.partitions)
+    return keys
+
+
+def _response(responses, error=NONE):
+    return {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": responses, "node_endpoints": []}
+
+
+@api(1, "Fetch", 4, 16)
+async def fetch(broker, request):
+    body = request.body
+    by_id = request.api_version >= 13
+    session_id = request.field("session_id", 0)
+    if session_id != 0:
+        return _response([], FETCH_SESSION_ID_NOT_FOUND)
+    max_wait_ms = body.max_wait.total_seconds() * 1000
+    deadline = broker.clock() + max_wait_ms
+    while True:
+        responses, total, had_error = _read_all(broker, body, by_id)
+        remaining_ms = deadline - broker.clock()
+        if total >= body.min_bytes or had_error or remaining_ms <= 0:
+            return _response(responses)
+        keys = _keys(broker, body, by_id)
+        if not keys:
+            # Nothing to wait on (an empty fetch): Kafka still holds it for max_wait_ms,
+            # which keeps a client with nothing assigned from spinning.
+            await asyncio.sleep(remaining_ms / 1000)
+            return _response(responses)
+        await broker.purgatory.wait(keys, remaining_ms / 1000)

@@ -1,0 +1,176 @@
+"""CreateTopics v2-v7, DeleteTopics v1-v6, CreatePartitions v0-v3."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from ...cluster.metadata import TopicCollision
+from ...cluster.names import InvalidTopicName, validate_topic_name
+from ...config import TOPIC_CONFIGS, resolve_topic_config
+from ..broker import MAX_PARTITIONS_PER_TOPIC
+from ..errors import (
+    INVALID_CONFIG,
+    INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    NONE,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from ..registry import api
+
+ZERO_UUID = uuid.UUID(int=0)
+DEFAULT_CONFIG_SOURCE = 5
+TOPIC_CONFIG_SOURCE = 1
+
+
+class _Reject(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _check_create(broker, t) -> tuple[int, dict[str, str]]:
+    """Validate one CreatableTopic; return (partitions, config overrides) or raise _Reject."""
+    try:
+        validate_topic_name(t.name)
+    except InvalidTopicName as exc:
+        raise _Reject(INVALID_TOPIC_EXCEPTION, str(exc)) from None
+    if broker.metadata.get(t.name) is not None:
+        raise _Reject(TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+    try:
+        broker.metadata.check_create(t.name)
+    except TopicCollision as exc:
+        raise _Reject(INVALID_TOPIC_EXCEPTION, str(exc)) from None
+    nodes = {broker.config.node_id}
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise _Reject(INVALID_REQUEST, "both a replica assignment and a partition count or replication factor were given")
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            raise _Reject(INVALID_REPLICA_ASSIGNMENT, "partitions in the assignment must be 0..N-1")
+        for a in t.assignments:
+            if not a.broker_ids or set(a.broker_ids) - nodes or len(set(a.broker_ids)) != len(a.broker_ids):
+                raise _Reject(INVALID_REPLICA_ASSIGNMENT, f"replica assignment {list(a.broker_ids)} names unknown or repeated brokers")
+        partitions = len(indexes)
+    else:
+        partitions = broker.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+        replication = broker.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor
+        if partitions <= 0:
+            raise _Reject(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise _Reject(INVALID_PARTITIONS, f"odradek allows at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic")
+        if replication <= 0:
+            raise _Reject(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        if replication > len(nodes):
+            raise _Reject(
+                INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {replication} time(s): The target replication factor of "
+                f"{replication} cannot be reached because only {len(nodes)} broker(s) are registered.",
+            )
+    overrides = {}
+    for c in t.configs:
+        if c.name not in TOPIC_CONFIGS:
+            raise _Reject(INVALID_CONFIG, f"Unknown topic config name: {c.name}")
+        if c.value is None:
+            raise _Reject(INVALID_CONFIG, f"Null value not supported for topic config: {c.name}")
+        overrides[c.name] = c.value
+    try:
+        resolve_topic_config(broker.config.topic_defaults(), overrides)
+    except ValueError as exc:
+        raise _Reject(INVALID_CONFIG, f"Invalid config value: {exc}") from None
+    return partitions, overrides
+
+
+def _describe_configs(broker, overrides: dict[str, str]) -> list[dict]:
+    effective = resolve_topic_config(broker.config.topic_defaults(), overrides)
+    return [
+        {
+            "name": k,
+            "value": str(v),
+            "read_only": False,
+            "config_source": TOPIC_CONFIG_SOURCE if k in overrides else DEFAULT_CONFIG_SOURCE,
+            "is_sensitive": False,
+        }
+        for k, v in effective.items()
+    ]
+
+
+@api(19, "CreateTopics", 2, 7)
+def create_topics(broker, request):
+    body = request.body
+    counts = Counter(t.name for t in body.topics)
+    results = []
+    for t in body.topics:
+        result = {"name": t.name, "topic_id": ZERO_UUID, "error_code": NONE, "error_message": None,
+                  "num_partitions": -1, "replication_factor": -1, "configs": None}
+        try:
+            if counts[t.name] > 1:
+                raise _Reject(INVALID_REQUEST, "Create topics request from client contains a duplicate topic")
+            partitions, overrides = _check_create(broker, t)
+            if not body.validate_only:
+                topic = broker.create_topic(t.name, partitions, overrides)
+                result["topic_id"] = topic.topic_id
+            result.update(num_partitions=partitions, replication_factor=1, configs=_describe_configs(broker, overrides))
+        except _Reject as rej:
+            result.update(error_code=rej.code, error_message=str(rej))
+        results.append(result)
+    return {"throttle_time": 0, "topics": results}
+
+
+@api(20, "DeleteTopics", 1, 6)
+def delete_topics(broker, request):
+    body = request.body
+    if request.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        wanted = [(name, None) for name in body.topic_names]
+    responses = []
+    for name, topic_id in wanted:
+        if topic_id is not None and topic_id != ZERO_UUID and name is None:
+            topic = broker.metadata.get_by_id(topic_id)
+            missing = (UNKNOWN_TOPIC_ID, "unknown topic id")
+        else:
+            topic = broker.metadata.get(name) if name else None
+            missing = (UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if topic is None:
+            responses.append({"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": missing[0], "error_message": missing[1]})
+            continue
+        broker.delete_topic(topic)
+        responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": NONE, "error_message": None})
+    return {"throttle_time": 0, "responses": responses}
+
+
+@api(37, "CreatePartitions", 0, 3)
+def create_partitions(broker, request):
+    body = request.body
+    counts = Counter(t.name for t in body.topics)
+    results = []
+    for t in body.topics:
+        code, message = NONE, None
+        topic = broker.metadata.get(t.name)
+        if counts[t.name] > 1:
+            code, message = INVALID_REQUEST, "Duplicate topic in request."
+        elif topic is None:
+            code, message = UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist."
+        elif t.count <= topic.partitions:
+            code, message = INVALID_PARTITIONS, (
+                f"Topic currently has {topic.partitions} partitions, which is higher than the requested {t.count}."
+                if t.count < topic.partitions
+                else f"Topic already has {topic.partitions} partitions."
+            )
+        elif t.count > MAX_PARTITIONS_PER_TOPIC:
+            code, message = INVALID_PARTITIONS, f"odradek allows at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"
+        elif t.assignments is not None and (
+            len(t.assignments) != t.count - topic.partitions
+            or any(not a.broker_ids or set(a.broker_ids) - {broker.config.node_id} for a in t.assignments)
+        ):
+            code, message = INVALID_REPLICA_ASSIGNMENT, "Invalid replica assignment for the new partitions."
+        elif not body.validate_only:
+            broker.add_partitions(topic, t.count)
+        results.append({"name": t.name, "error_code": code, "error_message": message})
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,71 @@
+"""`odradek` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+
+def _hostport(s: str) -> tuple[str, int]:
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {s!r}")
+    return host.strip("[]"), int(port)
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from .broker.broker import Broker
+    from .broker.server import run_broker
+    from .config import load_config
+
+    overrides = {
+        "data_dir": Path(args.data_dir) if args.data_dir else None,
+        "node_id": args.node_id,
+        "rack": args.rack,
+    }
+    config = load_config(args.config, overrides)
+    if args.listen:
+        config.listen_host, config.listen_port = args.listen
+    if args.advertise:
+        config.advertise_host, config.advertise_port = args.advertise
+    for item in args.override or []:
+        from .config import apply_properties, parse_properties
+
+        apply_properties(config, parse_properties(item))
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    broker = Broker(config)
+    try:
+        asyncio.run(run_broker(broker))
+    finally:
+        broker.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="odradek", description="Kafka-wire-compatible broker in Python")
+    parser.add_argument("--log-level", default="INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("broker", help="run a broker in the foreground (SIGTERM/SIGINT stop it cleanly)")
+    b.add_argument("--config", help="Java properties file with Kafka key names (log.dirs, num.partitions, ...)")
+    b.add_argument("--data-dir", help="data directory (default ./data, or log.dirs from --config)")
+    b.add_argument("--listen", type=_hostport, help="HOST:PORT to listen on (default 127.0.0.1:9092)")
+    b.add_argument("--advertise", type=_hostport, help="HOST:PORT advertised to clients (default: --listen)")
+    b.add_argument("--node-id", type=int)
+    b.add_argument("--rack")
+    b.add_argument("-o", "--override", action="append", metavar="KEY=VALUE", help="set one broker property")
+    b.set_defaults(func=_broker)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
