@@ -62,6 +62,7 @@ class Broker:
             self._watch(topic, partition, plog)
         self.supported = supported_versions()
         self.closed = False
+        self.internal_errors = 0  # handler bugs; tests assert this stays 0
 
     # --- topics ----------------------------------------------------------------------
 
@@ -133,6 +134,7 @@ class Broker:
         except CloseConnection:
             raise
         except Exception as exc:  # a bug of ours: this connection only
+            self.internal_errors += 1
             log.exception("handler for %s v%d failed", api.name, request.api_version)
             raise CloseConnection(f"internal error in {api.name}") from exc
 

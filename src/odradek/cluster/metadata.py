@@ -57,6 +57,8 @@ class MetadataStore:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.cluster_id = ""
+        self.producer_id_block_end = 0  # producer ids below this were handed out (or reserved)
+        self._next_producer_id = 0
         self._load()
 
     def _load(self) -> None:
@@ -70,6 +72,7 @@ class MetadataStore:
             return
         doc = json.loads(self.path.read_text())
         self.cluster_id = doc["cluster_id"]
+        self.producer_id_block_end = self._next_producer_id = int(doc.get("producer_id_block_end", 0))
         for t in doc["topics"]:
             topic = Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
             self.topics[topic.name] = topic
@@ -78,6 +81,7 @@ class MetadataStore:
     def _save(self) -> None:
         doc = {
             "cluster_id": self.cluster_id,
+            "producer_id_block_end": self.producer_id_block_end,
             "topics": [
                 {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
                 for t in self.topics.values()
@@ -89,6 +93,16 @@ class MetadataStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+    def allocate_producer_id(self, block: int = 1000) -> int:
+        """A never-reused producer id: blocks are reserved on disk before use (as Kafka's
+        controller hands out blocks), so a restart skips the rest of a block, never reuses."""
+        if self._next_producer_id >= self.producer_id_block_end:
+            self.producer_id_block_end = self._next_producer_id + block
+            self._save()
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        return pid
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..records.batch import BatchHeader, patch_base_offset, set_log_append_time
+from .producer_state import Duplicate, ProducerState
 from .segment import RecoveryResult, Segment
 
 CLEANED_SUFFIX = ".cleaned"
@@ -88,6 +89,9 @@ class PartitionLog:
         if not self.segments:
             self.segments.append(Segment(directory, 0, self.index_interval, now_ms))
         self._bases = [s.base_offset for s in self.segments]
+        self.producers = ProducerState()
+        for h in self.active.headers():
+            self.producers.update(h)
 
     # --- configuration -------------------------------------------------------------
 
@@ -123,7 +127,18 @@ class PartitionLog:
     # --- append --------------------------------------------------------------------
 
     def append(self, data: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
-        """Append validated batches from one produce request, assigning offsets."""
+        """Append validated batches from one produce request, assigning offsets.
+
+        Raises producer_state.SequenceError for an idempotent batch out of sequence. A
+        retried duplicate (Kafka clients send one batch per partition per request) is
+        answered with the offsets it got the first time and not appended again.
+        """
+        try:
+            for h in headers:
+                self.producers.check(h)
+        except Duplicate as dup:
+            first = headers[0]
+            return AppendInfo(dup.base_offset, dup.base_offset + first.last_offset_delta, -1, self.log_start_offset)
         self._maybe_roll(len(data), now_ms)
         base = next_offset = self.log_end_offset
         append_time = now_ms if self.config["message.timestamp.type"] == "LogAppendTime" else -1
@@ -138,6 +153,8 @@ class PartitionLog:
             next_offset += h.last_offset_delta + 1
             count += h.records_count
         self.active.append(data, patched)
+        for h in patched:
+            self.producers.update(h)
         self._unflushed_messages += count
         if self._unflushed_messages >= int(self.config["flush.messages"]):
             self.flush(now_ms)

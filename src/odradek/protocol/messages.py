@@ -100,8 +100,8 @@ def parse_request(data: bytes, supported: dict[int, tuple[int, int]]) -> Request
         body, size = _reader(cls)(data, offset)
     except Exception as exc:  # kio raises ValueError/UnicodeError/...: all the client's fault
         raise RequestParseError(f"cannot parse {cls.__name__}: {exc}") from exc
-    if offset + size != len(data):
-        raise RequestParseError(f"{len(data) - offset - size} trailing bytes after {cls.__name__}")
+    # Trailing bytes are tolerated, as Kafka's own request parser does: librdkafka 2.16
+    # sends Metadata v13 with 3 bytes past the end of the v13 schema (seen on the wire).
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(data))
 
 

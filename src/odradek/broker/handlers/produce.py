@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from ...log.producer_state import SequenceError
 from ...records.batch import BatchError, validate_batches
 from ..errors import (
     CORRUPT_MESSAGE,
+    INVALID_PRODUCER_EPOCH,
     INVALID_RECORD,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
     INVALID_REQUIRED_ACKS,
     MESSAGE_TOO_LARGE,
     NONE,
@@ -14,6 +17,10 @@ from ..errors import (
 )
 from ..registry import api
 
+_SEQUENCE_ERRORS = {
+    "out_of_order_sequence_number": OUT_OF_ORDER_SEQUENCE_NUMBER,
+    "invalid_producer_epoch": INVALID_PRODUCER_EPOCH,
+}
 _BATCH_ERRORS = {"corrupt_message": CORRUPT_MESSAGE, "invalid_record": INVALID_RECORD}
 
 
@@ -49,7 +56,10 @@ def append_partition(broker, topic, index, records, now_ms) -> dict:
         problem = check_keys(records)
         if problem:
             return _partition_result(index, INVALID_RECORD, problem)
-    info = plog.append(bytearray(records), headers, now_ms)
+    try:
+        info = plog.append(bytearray(records), headers, now_ms)
+    except SequenceError as exc:
+        return _partition_result(index, _SEQUENCE_ERRORS[exc.code], str(exc))
     return _partition_result(index, NONE, None, info.base_offset, info.log_append_time, info.log_start_offset)
 
 
