@@ -46,11 +46,11 @@ CONTROL_MASK = 0x20
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_PREFIX = struct.Struct(">qi")
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
+PREFIX_STRUCT = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
-_CRC = struct.Struct(">I")
+CRC_STRUCT = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
@@ -107,14 +107,14 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0, at: int 
     `at` overrides the recorded position (e.g. the batch's position in a file when the
     header was read from a small buffer).
     """
-    return BatchHeader(position if at is None else at, *_HEADER.unpack_from(buf, position))
+    return BatchHeader(position if at is None else at, *HEADER_STRUCT.unpack_from(buf, position))
 
 
 def peek_size(buf: bytes | bytearray | memoryview, position: int) -> int | None:
     """Total size of the batch starting at `position`, or None if not even the prefix fits."""
     if len(buf) - position < LOG_OVERHEAD:
         return None
-    return _PREFIX.unpack_from(buf, position)[1] + LOG_OVERHEAD
+    return PREFIX_STRUCT.unpack_from(buf, position)[1] + LOG_OVERHEAD
 
 
 def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None):
@@ -180,4 +180,4 @@ def set_log_append_time(buf: bytearray, header: BatchHeader, now_ms: int) -> Non
     _I16.pack_into(buf, header.position + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
     _I64.pack_into(buf, header.position + MAX_TIMESTAMP_OFFSET, now_ms)
     crc = crc32c.crc32c(memoryview(buf)[header.position + ATTRIBUTES_OFFSET : header.position + header.size])
-    _CRC.pack_into(buf, header.position + CRC_OFFSET, crc)
+    CRC_STRUCT.pack_into(buf, header.position + CRC_OFFSET, crc)
