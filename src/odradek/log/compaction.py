@@ -56,8 +56,16 @@ def _key_map(plog: PartitionLog) -> dict[bytes, int]:
 
 
 def compact_log(plog: PartitionLog, now_ms: int) -> int:
-    """One cleaning pass. Returns the number of records removed."""
+    """One cleaning pass. Returns the number of records removed.
+
+    A pass is skipped when nothing could have changed since the previous one: the same
+    segments, no new records, and no tombstone or compaction lag due to expire yet.
+    """
     if len(plog.segments) < 2:
+        return 0
+    fingerprint = (tuple(s.base_offset for s in plog.segments), plog.log_end_offset)
+    previous = plog.cleaner_state
+    if previous is not None and previous[0] == fingerprint and now_ms < previous[1]:
         return 0
     lag = int(plog.config["min.compaction.lag.ms"])
     horizon = now_ms - int(plog.config["delete.retention.ms"])
@@ -111,4 +119,14 @@ def compact_log(plog: PartitionLog, now_ms: int) -> int:
             os.fsync(f.fileno())
         plog.replace_segment(seg, cleaned)
         removed += seg_removed
+    # Next time something can change without new data: a tombstone or a lagging segment
+    # crossing its horizon. Until then, an unchanged log need not be decoded again.
+    retention = int(plog.config["delete.retention.ms"])
+    closed = [s for s in plog.segments[:-1] if s.size]
+    wake = min(
+        [s.max_timestamp + retention + 1 for s in closed if s.max_timestamp + retention >= now_ms]
+        + [s.max_timestamp + lag + 1 for s in closed if now_ms - s.max_timestamp < lag]
+        + [1 << 62]
+    )
+    plog.cleaner_state = ((tuple(s.base_offset for s in plog.segments), plog.log_end_offset), wake)
     return removed

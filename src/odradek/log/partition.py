@@ -69,6 +69,7 @@ class PartitionLog:
         self.recovery: list[RecoveryResult] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
+        self.cleaner_state = None  # compaction's memo of the last pass (see compaction.compact_log)
         directory.mkdir(parents=True, exist_ok=True)
         # A compaction that died before its atomic rename leaves a .cleaned file: discard it.
         for stray in directory.glob(f"*{CLEANED_SUFFIX}"):

@@ -35,11 +35,11 @@ def _type_of(key: str, value: str) -> int:
         return STRING
 
 
-def _entry(name, value, source, synonyms, include_synonyms, doc) -> dict:
+def _entry(name, value, source, synonyms, include_synonyms, doc, read_only) -> dict:
     return {
         "name": name,
         "value": value,
-        "read_only": source != DYNAMIC_TOPIC_CONFIG,
+        "read_only": read_only,
         "config_source": source,
         "is_sensitive": False,
         "synonyms": synonyms if include_synonyms else [],
@@ -64,7 +64,8 @@ def _topic_configs(broker, topic, include_synonyms, include_docs) -> list[dict]:
         else:
             value = str(defaults[key])
             source = STATIC_BROKER_CONFIG if setting.broker_key in explicit else DEFAULT_CONFIG
-        out.append(_entry(key, value, source, synonyms, include_synonyms, setting.doc if include_docs else None))
+        # Kafka reports every topic config as alterable (ConfigHelper.createTopicConfigEntry).
+        out.append(_entry(key, value, source, synonyms, include_synonyms, setting.doc if include_docs else None, False))
     return out
 
 
@@ -72,7 +73,8 @@ def _broker_configs(broker, include_synonyms, include_docs) -> list[dict]:
     out = []
     for key, value in broker.config.broker_configs().items():
         synonyms = [{"name": key, "value": value, "source": STATIC_BROKER_CONFIG}]
-        out.append(_entry(key, value, STATIC_BROKER_CONFIG, synonyms, include_synonyms, None))
+        # Static broker configs: odradek has no dynamic broker configs yet.
+        out.append(_entry(key, value, STATIC_BROKER_CONFIG, synonyms, include_synonyms, None, True))
     return out
 
 
