@@ -49,6 +49,18 @@ def _compression(v: str) -> str:
     return v
 
 
+def _at_least(minimum: int) -> Callable[[Any], int]:
+    """An integer config with Kafka's lower bound (LogConfig's ConfigDef ranges)."""
+
+    def parse(v: Any) -> int:
+        n = int(v)
+        if n < minimum:
+            raise ValueError(f"value {n} is below the minimum {minimum}")
+        return n
+
+    return parse
+
+
 @dataclass(frozen=True)
 class TopicSetting:
     broker_key: str
@@ -60,16 +72,16 @@ class TopicSetting:
 # topic key -> how it defaults from the broker (Kafka's LogConfig / ServerLogConfigs)
 TOPIC_CONFIGS: dict[str, TopicSetting] = {
     "cleanup.policy": TopicSetting("log.cleanup.policy", _policy, "delete", "delete and/or compact old segments"),
-    "segment.bytes": TopicSetting("log.segment.bytes", int, 1 << 30, "roll a segment at this size"),
-    "segment.ms": TopicSetting("log.roll.ms", int, 7 * DAY_MS, "roll a segment at this age"),
-    "retention.ms": TopicSetting("log.retention.ms", int, 7 * DAY_MS, "delete segments older than this (-1: never)"),
+    "segment.bytes": TopicSetting("log.segment.bytes", _at_least(14), 1 << 30, "roll a segment at this size"),
+    "segment.ms": TopicSetting("log.roll.ms", _at_least(1), 7 * DAY_MS, "roll a segment at this age"),
+    "retention.ms": TopicSetting("log.retention.ms", _at_least(-1), 7 * DAY_MS, "delete segments older than this (-1: never)"),
     "retention.bytes": TopicSetting("log.retention.bytes", int, -1, "delete oldest segments beyond this size per partition (-1: no limit)"),
-    "delete.retention.ms": TopicSetting("log.cleaner.delete.retention.ms", int, DAY_MS, "how long tombstones survive compaction"),
-    "min.compaction.lag.ms": TopicSetting("log.cleaner.min.compaction.lag.ms", int, 0, "records younger than this are not compacted"),
-    "flush.messages": TopicSetting("log.flush.interval.messages", int, (1 << 63) - 1, "fsync after this many messages"),
-    "flush.ms": TopicSetting("log.flush.interval.ms", int, (1 << 63) - 1, "fsync at least this often"),
-    "index.interval.bytes": TopicSetting("log.index.interval.bytes", int, 4096, "bytes between offset index entries"),
-    "max.message.bytes": TopicSetting("message.max.bytes", int, 1048588, "largest record batch accepted"),
+    "delete.retention.ms": TopicSetting("log.cleaner.delete.retention.ms", _at_least(0), DAY_MS, "how long tombstones survive compaction"),
+    "min.compaction.lag.ms": TopicSetting("log.cleaner.min.compaction.lag.ms", _at_least(0), 0, "records younger than this are not compacted"),
+    "flush.messages": TopicSetting("log.flush.interval.messages", _at_least(1), (1 << 63) - 1, "fsync after this many messages"),
+    "flush.ms": TopicSetting("log.flush.interval.ms", _at_least(0), (1 << 63) - 1, "fsync at least this often"),
+    "index.interval.bytes": TopicSetting("log.index.interval.bytes", _at_least(0), 4096, "bytes between offset index entries"),
+    "max.message.bytes": TopicSetting("message.max.bytes", _at_least(0), 1048588, "largest record batch accepted"),
     "message.timestamp.type": TopicSetting("log.message.timestamp.type", _ts_type, "CreateTime", "CreateTime or LogAppendTime"),
     "compression.type": TopicSetting("compression.type", _compression, "producer", "only 'producer' (batches are stored as sent)"),
 }
@@ -145,6 +157,8 @@ def parse_properties(text: str) -> dict[str, str]:
                 break
         else:
             out[line] = ""
+    if pending:  # java.util.Properties keeps a continuation that ends the input
+        return {**out, **parse_properties(pending)}
     return out
 
 
@@ -160,8 +174,10 @@ def _listener(s: str) -> tuple[str, int]:
     first = s.split(",")[0].strip()
     if "://" in first:
         first = first.split("://", 1)[1]
-    host, port = _hostport(first)
-    return host or "0.0.0.0", port
+    host, _, port = first.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {first!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)  # Kafka: an empty host binds every interface
 
 
 _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
@@ -202,7 +218,8 @@ def apply_properties(config: BrokerConfig, props: dict[str, str]) -> BrokerConfi
     for alias in ("log.retention.hours", "log.retention.minutes", "log.roll.hours"):
         if alias in props and _ALIASES[alias][0] not in props:
             target, factor = _ALIASES[alias]
-            config.log_defaults[target] = int(props[alias]) * factor
+            value = int(props[alias])
+            config.log_defaults[target] = -1 if value < 0 else value * factor  # negative: unlimited
     for key, value in props.items():
         if key in _BROKER_KEYS:
             _BROKER_KEYS[key](config, value)

@@ -63,12 +63,13 @@ def compact_log(plog: PartitionLog, now_ms: int) -> int:
     """
     if len(plog.segments) < 2:
         return 0
-    fingerprint = (tuple(s.base_offset for s in plog.segments), plog.log_end_offset)
+    lag = int(plog.config["min.compaction.lag.ms"])
+    retention = int(plog.config["delete.retention.ms"])
+    fingerprint = (tuple(s.base_offset for s in plog.segments), plog.log_end_offset, lag, retention)
     previous = plog.cleaner_state
     if previous is not None and previous[0] == fingerprint and now_ms < previous[1]:
         return 0
-    lag = int(plog.config["min.compaction.lag.ms"])
-    horizon = now_ms - int(plog.config["delete.retention.ms"])
+    horizon = now_ms - retention
     latest = _key_map(plog)
     removed = 0
     for seg in list(plog.segments[:-1]):
@@ -121,12 +122,11 @@ def compact_log(plog: PartitionLog, now_ms: int) -> int:
         removed += seg_removed
     # Next time something can change without new data: a tombstone or a lagging segment
     # crossing its horizon. Until then, an unchanged log need not be decoded again.
-    retention = int(plog.config["delete.retention.ms"])
     closed = [s for s in plog.segments[:-1] if s.size]
     wake = min(
         [s.max_timestamp + retention + 1 for s in closed if s.max_timestamp + retention >= now_ms]
-        + [s.max_timestamp + lag + 1 for s in closed if now_ms - s.max_timestamp < lag]
+        + [s.max_timestamp + lag for s in closed if now_ms - s.max_timestamp < lag]  # cleanable at >= lag
         + [1 << 62]
     )
-    plog.cleaner_state = ((tuple(s.base_offset for s in plog.segments), plog.log_end_offset), wake)
+    plog.cleaner_state = (fingerprint, wake)  # cleaning keeps every base offset and the log end
     return removed

@@ -140,9 +140,9 @@ class PartitionLog:
         except Duplicate as dup:
             first = headers[0]
             return AppendInfo(dup.base_offset, dup.base_offset + first.last_offset_delta, -1, self.log_start_offset)
-        self._maybe_roll(len(data), now_ms)
-        base = next_offset = self.log_end_offset
         append_time = now_ms if self.config["message.timestamp.type"] == "LogAppendTime" else -1
+        self._maybe_roll(len(data), append_time if append_time >= 0 else max(h.max_timestamp for h in headers), now_ms)
+        base = next_offset = self.log_end_offset
         patched = []
         count = 0
         for h in headers:
@@ -163,13 +163,18 @@ class PartitionLog:
             listener(self)
         return AppendInfo(base, next_offset - 1, append_time, self.log_start_offset)
 
-    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, incoming_max_ts: int, now_ms: int) -> None:
         seg = self.active
         if seg.size == 0:
             return
-        if seg.size + incoming > int(self.config["segment.bytes"]) or now_ms - seg.created_ms >= int(
-            self.config["segment.ms"]
-        ):
+        # Kafka's LogSegment.timeWaitedForRoll: the incoming batch's timestamp minus the
+        # segment's first batch timestamp (both the producer's clock), or wall time since
+        # the segment was created when it has no timestamped batch.
+        if seg.first_batch_timestamp is not None and seg.first_batch_timestamp >= 0:
+            waited = incoming_max_ts - seg.first_batch_timestamp
+        else:
+            waited = now_ms - seg.created_ms
+        if seg.size + incoming > int(self.config["segment.bytes"]) or waited >= int(self.config["segment.ms"]):
             self.roll(now_ms)
 
     def roll(self, now_ms: int) -> Segment:
@@ -244,9 +249,15 @@ class PartitionLog:
         retention_bytes = int(self.config["retention.bytes"])
         deleted = 0
         if retention_ms >= 0:
-            expired = lambda s: s.size > 0 and now_ms - s.max_timestamp > retention_ms  # noqa: E731
-            if len(self.segments) == 1 and expired(self.active):
-                self.roll(now_ms)  # Kafka rolls an expired active segment so it can be deleted
+            active = self.active
+
+            def expired(s: Segment) -> bool:
+                if s.size == 0:  # emptied by compaction: nothing to keep, must not block the rest
+                    return s is not active
+                return now_ms - s.max_timestamp > retention_ms
+
+            if active.size and all(expired(s) for s in self.segments):
+                self.roll(now_ms)  # Kafka rolls an expired active segment so it can be deleted too
             while len(self.segments) > 1 and expired(self.segments[0]):
                 self._delete_first()
                 deleted += 1

@@ -1,0 +1,187 @@
+"""Tests for odradek.cluster.metadata.MetadataStore: topic ids, persistence, collisions, producer ids."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import uuid
+
+import pytest
+
+from odradek.cluster import metadata as metadata_mod
+from odradek.cluster.metadata import METADATA_FILE, MetadataStore, Topic, TopicCollision, TopicExists
+
+
+def counter_ids(start: int = 1):
+    """A deterministic id generator: UUID(int=start), UUID(int=start+1), ..."""
+    it = itertools.count(start)
+    return lambda: uuid.UUID(int=next(it))
+
+
+def test_new_store_has_cluster_id_and_file(tmp_path):
+    store = MetadataStore(tmp_path / "data")
+    assert (tmp_path / "data" / METADATA_FILE).exists()
+    assert len(store.cluster_id) == 22
+    # URL-safe base64 of 16 bytes, padding stripped (Kafka's cluster id format).
+    assert len(base64.urlsafe_b64decode(store.cluster_id + "==")) == 16
+    assert store.topics == {}
+
+
+def test_topic_ids_are_never_zero(tmp_path, monkeypatch):
+    seq = iter([uuid.UUID(int=0), uuid.UUID(int=0), uuid.UUID(int=5), uuid.UUID(int=0), uuid.UUID(int=9)])
+    monkeypatch.setattr(metadata_mod.uuid, "uuid4", lambda: next(seq))
+    store = MetadataStore(tmp_path)  # cluster id takes UUID 5
+    t = store.create("orders", 1, {})
+    assert t.topic_id == uuid.UUID(int=9)
+    assert t.topic_id.int != 0
+
+
+def test_random_topic_ids_are_distinct_and_non_zero(tmp_path):
+    store = MetadataStore(tmp_path)
+    ids = {store.create(f"t{i}", 1, {}).topic_id for i in range(50)}
+    assert len(ids) == 50
+    assert all(i.int != 0 for i in ids)
+
+
+def test_topics_stable_across_reload(tmp_path):
+    store = MetadataStore(tmp_path)
+    a = store.create("orders", 3, {"retention.ms": "1000", "cleanup.policy": "compact"})
+    b = store.create("audit", 1, {})
+    cluster = store.cluster_id
+    again = MetadataStore(tmp_path)
+    assert again.cluster_id == cluster
+    assert set(again.topics) == {"orders", "audit"}
+    ra = again.get("orders")
+    assert (ra.topic_id, ra.partitions, ra.configs) == (a.topic_id, 3, {"retention.ms": "1000", "cleanup.policy": "compact"})
+    assert again.get_by_id(b.topic_id).name == "audit"
+    assert again.get_by_id(uuid.uuid4()) is None
+
+
+def test_new_id_after_delete_and_recreate(tmp_path):
+    store = MetadataStore(tmp_path)
+    first = store.create("orders", 1, {})
+    deleted = store.delete("orders")
+    assert deleted.topic_id == first.topic_id
+    assert store.get("orders") is None
+    assert store.get_by_id(first.topic_id) is None
+    second = store.create("orders", 2, {})
+    assert second.topic_id != first.topic_id
+    again = MetadataStore(tmp_path)
+    assert again.get("orders").topic_id == second.topic_id
+    assert again.get_by_id(first.topic_id) is None
+
+
+def test_new_id_after_delete_recreate_with_deterministic_generator(tmp_path):
+    store = MetadataStore(tmp_path, new_id=counter_ids())
+    first = store.create("x", 1, {})
+    store.delete("x")
+    second = store.create("x", 1, {})
+    assert first.topic_id != second.topic_id
+
+
+def test_delete_persists(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("a", 1, {})
+    store.create("b", 1, {})
+    store.delete("a")
+    again = MetadataStore(tmp_path)
+    assert set(again.topics) == {"b"}
+
+
+def test_delete_unknown_topic_raises(tmp_path):
+    store = MetadataStore(tmp_path)
+    with pytest.raises(KeyError):
+        store.delete("missing")
+
+
+def test_create_existing_name_rejected(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("orders", 1, {})
+    with pytest.raises(TopicExists):
+        store.create("orders", 5, {})
+    assert store.get("orders").partitions == 1
+
+
+@pytest.mark.parametrize(
+    "existing, new",
+    [("my.topic", "my_topic"), ("my_topic", "my.topic"), ("a.b_c", "a_b.c"), ("a..b", "a__b")],
+)
+def test_dot_underscore_collision_rejected(tmp_path, existing, new):
+    store = MetadataStore(tmp_path)
+    store.create(existing, 1, {})
+    with pytest.raises(TopicCollision):
+        store.create(new, 1, {})
+    assert new not in store.topics
+    assert new not in MetadataStore(tmp_path).topics
+    # Once the colliding topic is gone, the name is free.
+    store.delete(existing)
+    store.create(new, 1, {})
+
+
+def test_names_differing_otherwise_do_not_collide(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("my.topic", 1, {})
+    store.create("my-topic", 1, {})
+    store.create("My_topic", 1, {})
+    assert len(store.topics) == 3
+
+
+def test_set_partitions_persists(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("t", 1, {})
+    store.set_partitions("t", 6)
+    assert MetadataStore(tmp_path).get("t").partitions == 6
+
+
+def test_metadata_file_is_valid_json_without_temp_leftovers(tmp_path):
+    store = MetadataStore(tmp_path)
+    t = store.create("t", 2, {"a": "b"})
+    doc = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert doc["topics"] == [{"name": "t", "id": str(t.topic_id), "partitions": 2, "configs": {"a": "b"}}]
+    assert [p.name for p in tmp_path.iterdir()] == [METADATA_FILE]
+
+
+def test_internal_topics():
+    assert Topic("__consumer_offsets", uuid.uuid4(), 50).is_internal
+    assert Topic("__transaction_state", uuid.uuid4(), 50).is_internal
+    assert not Topic("__other", uuid.uuid4(), 1).is_internal
+
+
+# ----------------------------------------------------------------------------- producer ids
+
+
+def test_producer_ids_unique_within_a_run(tmp_path):
+    store = MetadataStore(tmp_path)
+    ids = [store.allocate_producer_id(block=10) for _ in range(35)]
+    assert ids == sorted(set(ids))
+    assert ids[0] >= 0
+
+
+def test_producer_ids_never_reused_across_reloads(tmp_path):
+    seen: list[int] = []
+    for restart in range(6):
+        store = MetadataStore(tmp_path)
+        for _ in range(restart * 3 + 1):
+            seen.append(store.allocate_producer_id(block=4))
+    assert len(seen) == len(set(seen))
+    assert seen == sorted(seen)
+
+
+def test_producer_id_block_reserved_on_disk_before_use(tmp_path):
+    store = MetadataStore(tmp_path)
+    pid = store.allocate_producer_id(block=100)
+    doc = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert doc["producer_id_block_end"] > pid
+    # A crash right now (no further save) must not lead to reuse.
+    again = MetadataStore(tmp_path)
+    assert again.allocate_producer_id(block=100) > pid
+
+
+def test_producer_ids_survive_topic_changes(tmp_path):
+    store = MetadataStore(tmp_path)
+    a = store.allocate_producer_id(block=2)
+    store.create("t", 1, {})
+    store.delete("t")
+    again = MetadataStore(tmp_path)
+    assert again.allocate_producer_id(block=2) > a
