@@ -8,7 +8,6 @@ table `TOPIC_CONFIGS` maps each topic key to its broker key and type.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -250,7 +249,3 @@ def resolve_topic_config(defaults: dict[str, Any], overrides: dict[str, str]) ->
         setting = TOPIC_CONFIGS[key]
         out[key] = setting.parse(value)
     return out
-
-
-def replace(config: BrokerConfig, **changes: Any) -> BrokerConfig:
-    return dataclasses.replace(config, **changes)

@@ -20,7 +20,8 @@ import time
 import uuid
 from typing import Any, Callable
 
-from ..cluster.metadata import MetadataStore, Topic
+from ..cluster.metadata import MetadataStore, Topic, TopicCollision, TopicExists
+from ..cluster.names import InvalidTopicName, validate_topic_name
 from ..config import BrokerConfig, resolve_topic_config
 from ..log.manager import LogManager
 from ..log.partition import PartitionLog
@@ -93,14 +94,12 @@ class Broker:
 
     def auto_create(self, name: str) -> Topic | None:
         """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
-        from ..cluster.names import InvalidTopicName, validate_topic_name
-
         if not self.config.auto_create_topics:
             return None
         try:
             validate_topic_name(name)
             self.metadata.check_create(name)
-        except (InvalidTopicName, Exception):
+        except (InvalidTopicName, TopicExists, TopicCollision):
             return None
         log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
         return self.create_topic(name, self.config.num_partitions, {})

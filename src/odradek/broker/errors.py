@@ -23,11 +23,9 @@ INVALID_REQUEST = ErrorCode.invalid_request
 INVALID_RECORD = ErrorCode.invalid_record
 UNKNOWN_TOPIC_ID = ErrorCode.unknown_topic_id
 FETCH_SESSION_ID_NOT_FOUND = ErrorCode.fetch_session_id_not_found
-INVALID_FETCH_SESSION_EPOCH = ErrorCode.invalid_fetch_session_epoch
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
 INVALID_PRODUCER_EPOCH = ErrorCode.invalid_producer_epoch
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.transactional_id_authorization_failed
-INCONSISTENT_TOPIC_ID = ErrorCode.inconsistent_topic_id
 
 
 class CloseConnection(Exception):

@@ -16,7 +16,6 @@ scanning the segment's batch headers (see Segment.recover).
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from pathlib import Path
 
@@ -129,11 +128,3 @@ class TimeIndex(_Index):
             keys.append(ts)
             values.append(off)
         self.keys, self.values, self._persisted = keys, values, len(keys)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -192,7 +192,3 @@ def build(cls, value: dict[str, Any]):
         elif not has_default:
             raise KeyError(f"{cls.__qualname__} v{cls.__version__} needs field {name!r}")
     return cls(**kwargs)
-
-
-def has_field(cls, name: str) -> bool:
-    return any(f[0] == name for f in _plan(cls))

@@ -44,8 +44,6 @@ TIMESTAMP_TYPE_MASK = 0x08  # 1 = LogAppendTime
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 
-COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-
 HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
 PREFIX_STRUCT = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
@@ -108,13 +106,6 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0, at: int 
     header was read from a small buffer).
     """
     return BatchHeader(position if at is None else at, *HEADER_STRUCT.unpack_from(buf, position))
-
-
-def peek_size(buf: bytes | bytearray | memoryview, position: int) -> int | None:
-    """Total size of the batch starting at `position`, or None if not even the prefix fits."""
-    if len(buf) - position < LOG_OVERHEAD:
-        return None
-    return PREFIX_STRUCT.unpack_from(buf, position)[1] + LOG_OVERHEAD
 
 
 def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None):

@@ -58,7 +58,7 @@ def _read_all(broker, body, by_id):
         for p in t.partitions:
             plog = broker.logs.get(topic.name, p.partition) if topic is not None else None
             if plog is None:
-                parts.append(_partition(p.partition, topic_error or UNKNOWN_TOPIC_OR_PARTITION))
+                parts.append(_partition(p.partition, topic_error if topic is None else UNKNOWN_TOPIC_OR_PARTITION))
                 had_error = True
                 continue
             limit = min(p.partition_max_bytes, max(budget - total, 0))
