@@ -1,0 +1,85 @@
+"""The running broker compacts and applies retention on its own schedule."""
+
+import signal
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.interop
+
+
+def _read_all(bootstrap, topic, timeout=20):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "m", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in c.consume(500, 0.5):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    c.close()
+                    return out
+                raise AssertionError(m.error())
+            out.append((m.offset(), m.key(), m.value()))
+    c.close()
+    raise AssertionError("did not reach the end of the partition")
+
+
+def test_broker_compacts_a_compacted_topic_in_the_background(broker_factory):
+    b = broker_factory("compact", ["-o", "log.cleaner.backoff.ms=200"])
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("kv", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": "2048",
+                                                      "delete.retention.ms": "3600000"})])["kv"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "acks": "all"})
+    latest = {}
+    for i in range(600):
+        key = b"key-%d" % (i % 10)
+        value = None if i == 595 else b"value-%d" % i  # key-5's last write is a tombstone
+        p.produce("kv", key=key, value=value)
+        latest[key] = value
+        p.flush(10)
+    deadline = time.monotonic() + 20
+    while True:
+        records = _read_all(b.bootstrap, "kv")
+        if len(records) < 100 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert len(records) < 100, f"no background compaction: still {len(records)} records"
+    offsets = [o for o, _, _ in records]
+    assert offsets == sorted(offsets) and offsets[-1] == 599  # offsets keep their values, gaps allowed
+    last_seen = {}
+    for _, k, v in records:
+        last_seen[k] = v
+    assert last_seen == latest  # the latest value (or tombstone, within delete.retention.ms) per key survives
+
+
+def test_broker_applies_time_retention_in_the_background(broker_factory):
+    b = broker_factory("retention", ["-o", "log.retention.check.interval.ms=200"])
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("old", 1, 1, config={"retention.ms": "60000", "segment.bytes": "1024"})])["old"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(200):
+        p.produce("old", value=b"x" * 50, timestamp=an_hour_ago + i)
+        p.flush(10)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "r"})
+    deadline = time.monotonic() + 20
+    while True:
+        low, high = c.get_watermark_offsets(TopicPartition("old", 0), timeout=5)
+        if low == high or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    c.close()
+    assert (low, high) == (200, 200), "expired segments were not deleted (log start offset did not advance)"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signals_stop_the_broker_cleanly(broker_factory, sig):
+    b = broker_factory(f"sig-{sig.name}")
+    b.proc.send_signal(sig)
+    assert b.proc.wait(20) == 0
+    b.proc.stdout.close()
+    assert (b.data_dir / ".odradek_clean_shutdown").exists()
