@@ -113,28 +113,18 @@ class Segment:
 
     def find(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= `offset`, or None if there is none here."""
-        position = self.index.lookup(offset)
-        while position < self.size:
-            h = self.batch_at(position)
-            if h is None:
-                return None
+        for h in self._headers_from(self.index.lookup(offset)):
             if h.last_offset >= offset:
                 return h
-            position += h.size
         return None
 
     def find_timestamp(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is >= `timestamp`."""
         if self.max_timestamp < timestamp:
             return None
-        position = self.index.lookup(self.time_index.lookup(timestamp))
-        while position < self.size:
-            h = self.batch_at(position)
-            if h is None:
-                return None
+        for h in self._headers_from(self.index.lookup(self.time_index.lookup(timestamp))):
             if h.max_timestamp >= timestamp:
                 return h
-            position += h.size
         return None
 
     def headers(self):
@@ -143,9 +133,9 @@ class Segment:
         while position < self.size:
             chunk = os.pread(self.fd, max(_SCAN_CHUNK, HEADER_SIZE), position)
             consumed = 0
-            for h in iter_headers(chunk):
-                consumed = h.position + h.size
-                yield read_header(chunk, h.position, at=position + h.position)
+            for h in iter_headers(chunk, base=position):
+                consumed = h.position - position + h.size
+                yield h
             if consumed == 0:
                 h = self.batch_at(position)  # a batch larger than one chunk
                 if h is None:

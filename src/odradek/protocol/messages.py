@@ -128,14 +128,7 @@ def encode_entity(header_cls, correlation_id: int, payload: Any) -> bytes:
 
 
 def _convert_leaf(tp: Any):
-    """A converter for a non-entity field type, or None when the value passes through."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        inner = _field_converter(args[0]) if len(args) == 1 else None
-        if inner is None:
-            return None
-        return lambda v: None if v is None else inner(v)
+    """A converter for a non-entity, non-union field type, or None when the value passes through."""
     if tp is ErrorCode:
         return lambda v: v if isinstance(v, ErrorCode) else ErrorCode(int(v))
     if isinstance(tp, type) and issubclass(tp, (i32Timedelta, i64Timedelta)) or tp is datetime.timedelta:
@@ -154,9 +147,7 @@ def _field_converter(tp: Any):
     origin = typing.get_origin(tp)
     if origin is tuple:
         (elem, *_rest) = typing.get_args(tp)
-        if is_dataclass(elem):
-            return lambda v: tuple(x if is_dataclass(x) else build(elem, x) for x in v)
-        inner = _convert_leaf(elem)
+        inner = _field_converter(elem)
         if inner is None:
             return tuple
         return lambda v: tuple(inner(x) for x in v)

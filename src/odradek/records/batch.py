@@ -108,12 +108,16 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0, at: int 
     return BatchHeader(position if at is None else at, *HEADER_STRUCT.unpack_from(buf, position))
 
 
-def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None):
-    """Yield headers of the complete batches in buf[start:end]; stop at a partial batch."""
+def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None, base: int = 0):
+    """Yield headers of the complete batches in buf[start:end]; stop at a partial batch.
+
+    Each header's position is `base` plus its offset in `buf` (e.g. the file position of
+    a chunk read from a segment).
+    """
     end = len(buf) if end is None else end
     pos = start
     while end - pos >= HEADER_SIZE:
-        header = read_header(buf, pos)
+        header = read_header(buf, pos, at=base + pos)
         if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
             return
         yield header
