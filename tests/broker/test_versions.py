@@ -38,7 +38,38 @@ def _bodies(topic_id, v):
              "include_synonyms": True, "include_documentation": True},
         37: {"topics": [{"name": "vt", "count": 8, "assignments": None}], "timeout": 5000, "validate_only": True},
         60: {"include_cluster_authorized_operations": False, "endpoint_type": 1, "include_fenced_brokers": False},
+        8: {"group_id": "vg", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "retention_time": -1, "topics": [{"name": "vt", "topic_id": topic_id, "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+        9: {"group_id": "vg", "topics": [{"name": "vt", "partition_indexes": [0]}], "require_stable": False,
+            "groups": [{"group_id": "vg", "member_id": "", "member_epoch": -1,
+                        "topics": [{"name": "vt", "topic_id": topic_id, "partition_indexes": [0]}]}]},
+        10: {"key": "vg", "key_type": 0, "coordinator_keys": ["vg", "other"]},
+        15: {"groups": ["vg"], "include_authorized_operations": False},
+        16: {"states_filter": [], "types_filter": []},
+        42: {"groups_names": ["vg"]},
+        44: {"resources": [{"resource_type": 16, "resource_name": "vg", "configs": [
+            {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False},
+        47: {"group_id": "vg", "topics": [{"name": "vt", "partitions": [{"partition_index": 0}]}]},
+        68: {"group_id": "vg", "member_id": "" if v == 0 else f"member-{v}", "member_epoch": 0, "instance_id": None,
+             "rack_id": None, "rebalance_timeout": 30000, "subscribed_topic_names": ["vt"], "subscribed_topic_regex": None,
+             "server_assignor": None, "topic_partitions": []},
+        69: {"group_ids": ["vg"], "include_authorized_operations": False},
     }
+
+
+def _make_group(broker, api_key):
+    """Groups some APIs need to exist: offsets-only for the classic ones, a member for 69."""
+    from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
+    from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit
+
+    runtime = broker.coordinator.runtime
+    if api_key in (15, 42, 47):
+        req = CommitRequest("vg", topics=(("vt", None, (CommitPartition(0, 1),)),))
+        runtime.run("vg", lambda s, now: commit(s, req, now), broker.clock())
+    if api_key == 69:
+        req = HeartbeatRequest("vg", "m1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("vt",), owned={})
+        runtime.run("vg", lambda s, now: heartbeat(s, req, now), broker.clock())
 
 
 CASES = [(k, v) for k, (lo, hi) in supported_versions().items() for v in range(lo, hi + 1)]
@@ -49,6 +80,7 @@ def test_every_advertised_version_round_trips(inproc, api_key, version):
     inproc.broker.create_topic("vt", 1, {})
     topic_id = inproc.broker.metadata.get("vt").topic_id
     body = _bodies(topic_id, version)[api_key]
+    _make_group(inproc.broker, api_key)
     if api_key == 20:  # delete needs the topic this version's CreateTopics case would make
         inproc.broker.create_topic(f"created-{version}", 1, {})
     response = inproc.handle(request_frame(api_key, version, body, correlation_id=77))

@@ -64,6 +64,13 @@ class Broker:
         self.supported = supported_versions()
         self.closed = False
         self.internal_errors = 0  # handler bugs; tests assert this stays 0
+        from .coordinator import GroupCoordinator
+
+        self.coordinator: GroupCoordinator | None = None
+        coordinator = GroupCoordinator(self)
+        coordinator.ensure_topic()
+        self.coordinator = coordinator
+        coordinator.load_all()
 
     # --- topics ----------------------------------------------------------------------
 
@@ -79,18 +86,26 @@ class Broker:
         topic = self.metadata.create(name, partitions, configs)
         for p, plog in enumerate(self.logs.create(topic, self.topic_config(topic))):
             self._watch(name, p, plog)
+        self._topics_changed()
         return topic
+
+    def _topics_changed(self) -> None:
+        # KIP-848 "Group Epoch": partition metadata changes bump subscribed groups' epochs.
+        if self.coordinator is not None:
+            self.coordinator.topics_changed()
 
     def delete_topic(self, topic: Topic) -> None:
         self.logs.delete(topic)
         self.metadata.delete(topic.name)
         self.purgatory.notify_topic(topic.name)
+        self._topics_changed()
 
     def add_partitions(self, topic: Topic, count: int) -> None:
         old = topic.partitions
         self.metadata.set_partitions(topic.name, count)
         for i, plog in enumerate(self.logs.create(topic, self.topic_config(topic), first_partition=old)):
             self._watch(topic.name, old + i, plog)
+        self._topics_changed()
 
     def auto_create(self, name: str) -> Topic | None:
         """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
@@ -106,9 +121,10 @@ class Broker:
 
     # --- requests --------------------------------------------------------------------
 
-    async def handle_frame(self, frame: bytes) -> bytes | None:
+    async def handle_frame(self, frame: bytes, client_host: str = "") -> bytes | None:
         try:
             request = parse_request(frame, self.supported)
+            request.client_host = client_host
         except UnsupportedVersionError as exc:
             if exc.api_key == 18:
                 from .handlers.api_versions import unsupported_version_response
@@ -141,6 +157,10 @@ class Broker:
 
     def tick(self, now_ms: int | None = None) -> None:
         self.logs.tick(self.clock() if now_ms is None else now_ms)
+
+    def coordinator_tick(self, now_ms: int | None = None) -> int:
+        """Run the group coordinator's due timers (session, rebalance, offset expiry)."""
+        return self.coordinator.tick(now_ms) if self.coordinator is not None else 0
 
     def retention(self, now_ms: int | None = None) -> int:
         return self.logs.retention(self.clock() if now_ms is None else now_ms)

@@ -38,6 +38,9 @@ class BrokerServer:
             cfg.listen_port = self.port
         self._maintenance = [
             asyncio.create_task(self._every(1.0, self.broker.tick)),
+            # Coordinator timers (session/rebalance timeouts) are checked every 50 ms: they
+            # are milliseconds-precise in Kafka and cheap to poll here.
+            asyncio.create_task(self._every(0.05, self.broker.coordinator_tick)),
             asyncio.create_task(self._every(cfg.retention_check_interval_ms / 1000, self.broker.retention)),
             asyncio.create_task(self._every(cfg.cleaner_backoff_ms / 1000, self.broker.compact)),
         ]
@@ -55,6 +58,7 @@ class BrokerServer:
         self.connections.add(task)
         framer = FrameReader(self.broker.config.socket_request_max_bytes)
         peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if peer else ""
         try:
             while True:
                 data = await reader.read(READ_SIZE)
@@ -65,7 +69,7 @@ class BrokerServer:
                         break
                     if frame is CLOSED:
                         return
-                    response = await self.broker.handle_frame(frame)
+                    response = await self.broker.handle_frame(frame, client_host)
                     if response is not None:
                         writer.write(response)
                 await writer.drain()

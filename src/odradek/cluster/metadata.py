@@ -59,6 +59,9 @@ class MetadataStore:
         self.cluster_id = ""
         self.producer_id_block_end = 0  # producer ids below this were handed out (or reserved)
         self._next_producer_id = 0
+        # KIP-848 "Dynamic Group Configuration": per-group overrides live with the cluster's
+        # metadata, not with the group, so they exist before a group and survive its deletion.
+        self.group_configs: dict[str, dict[str, str]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -73,6 +76,7 @@ class MetadataStore:
         doc = json.loads(self.path.read_text())
         self.cluster_id = doc["cluster_id"]
         self.producer_id_block_end = self._next_producer_id = int(doc.get("producer_id_block_end", 0))
+        self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
         for t in doc["topics"]:
             topic = Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
             self.topics[topic.name] = topic
@@ -86,6 +90,7 @@ class MetadataStore:
                 {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
                 for t in self.topics.values()
             ],
+            "group_configs": self.group_configs,
         }
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
@@ -134,4 +139,11 @@ class MetadataStore:
 
     def set_partitions(self, name: str, count: int) -> None:
         self.topics[name].partitions = count
+        self._save()
+
+    def set_group_config(self, group_id: str, values: dict[str, str]) -> None:
+        if values:
+            self.group_configs[group_id] = dict(values)
+        else:
+            self.group_configs.pop(group_id, None)
         self._save()

@@ -6,7 +6,8 @@ import re
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+CONSUMER_OFFSETS = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, "__transaction_state"})
 
 
 class InvalidTopicName(ValueError):

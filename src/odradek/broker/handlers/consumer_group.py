@@ -1,0 +1,49 @@
+"""ConsumerGroupHeartbeat v0-v1 and ConsumerGroupDescribe v0-v1 (KIP-848).
+
+These translate between kio entities and the coordinator's plain request values; all
+protocol decisions are in `odradek.coordinator.consumer`.
+"""
+
+from __future__ import annotations
+
+from ...coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
+from ...coordinator.groups import describe_consumer_group
+from ...coordinator.errors import INVALID_REQUEST
+from ..registry import api
+
+
+def _ms(v) -> int:
+    return v if isinstance(v, int) else int(v.total_seconds() * 1000)
+
+
+@api(68, "ConsumerGroupHeartbeat", 0, 1)
+def consumer_group_heartbeat(broker, request):
+    b = request.body
+    owned = None
+    if b.topic_partitions is not None:
+        owned = {}
+        for tp in b.topic_partitions:
+            owned.setdefault(tp.topic_id, set()).update(tp.partitions)
+        owned = {t: frozenset(ps) for t, ps in owned.items()}
+    req = HeartbeatRequest(
+        group_id=b.group_id, member_id=b.member_id, member_epoch=b.member_epoch, instance_id=b.instance_id,
+        rack_id=b.rack_id, rebalance_timeout_ms=_ms(b.rebalance_timeout),
+        subscribed_topic_names=tuple(b.subscribed_topic_names) if b.subscribed_topic_names is not None else None,
+        subscribed_topic_regex=request.field("subscribed_topic_regex"), server_assignor=b.server_assignor,
+        owned=owned, client_id=request.client_id or "", client_host=request.client_host, version=request.api_version,
+    )
+    response = broker.coordinator.runtime.run(b.group_id, lambda shard, now: heartbeat(shard, req, now), broker.clock())
+    return {"throttle_time": 0, **response}
+
+
+@api(69, "ConsumerGroupDescribe", 0, 1)
+def consumer_group_describe(broker, request):
+    runtime = broker.coordinator.runtime
+    groups = []
+    for gid in request.body.group_ids:
+        if not gid:
+            groups.append({**describe_consumer_group(runtime.shard_for(gid), gid), "error_code": INVALID_REQUEST,
+                           "error_message": "group id is empty"})
+            continue
+        groups.append(describe_consumer_group(runtime.shard_for(gid), gid))
+    return {"throttle_time": 0, "groups": groups}

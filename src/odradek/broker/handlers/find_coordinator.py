@@ -1,0 +1,38 @@
+"""FindCoordinator v0-v6 (batched keys from v4, KIP-699).
+
+odradek is a single broker leading every `__consumer_offsets` partition, so the
+coordinator of every group is this node. Transactions are not implemented: transaction
+keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as InitProducerId does.
+"""
+
+from __future__ import annotations
+
+from ..errors import INVALID_REQUEST, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+from ..registry import api
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+def _lookup(broker, key: str, key_type: int) -> dict:
+    host, port = broker.config.advertised
+    if key_type == TRANSACTION_KEY:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "error_message": "odradek does not implement transactions"}
+    if key_type != GROUP_KEY:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
+                "error_message": f"unknown key type {key_type}"}
+    if not key:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
+                "error_message": "group id is empty"}
+    return {"key": key, "node_id": broker.config.node_id, "host": host, "port": port, "error_code": NONE,
+            "error_message": None}
+
+
+@api(10, "FindCoordinator", 0, 6)
+def find_coordinator(broker, request):
+    body = request.body
+    key_type = int(request.field("key_type", GROUP_KEY))
+    if request.api_version >= 4:
+        return {"throttle_time": 0, "coordinators": [_lookup(broker, k, key_type) for k in body.coordinator_keys]}
+    one = _lookup(broker, body.key, key_type)
+    return {"throttle_time": 0, **{k: v for k, v in one.items() if k != "key"}}

@@ -1,0 +1,101 @@
+"""OffsetCommit v2-v10, OffsetFetch v1-v10, OffsetDelete v0.
+
+Topic ids (OffsetCommit/OffsetFetch v10) are resolved to names here: offsets are keyed by
+topic name in `__consumer_offsets`, as in Kafka. The fencing rules are in
+`odradek.coordinator.offsets`.
+"""
+
+from __future__ import annotations
+
+from ...coordinator import offsets as O
+from ..errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
+from ..registry import api
+
+
+@api(8, "OffsetCommit", 2, 10)
+def offset_commit(broker, request):
+    b = request.body
+    v = request.api_version
+    topics = []
+    unknown = []
+    for t in b.topics:
+        if v >= 10:
+            topic = broker.metadata.get_by_id(t.topic_id)
+            if topic is None:
+                unknown.append(t)
+                continue
+            name, tid = topic.name, t.topic_id
+        else:
+            topic = broker.metadata.get(t.name)
+            name, tid = t.name, (topic.topic_id if topic else None)
+        parts = tuple(O.CommitPartition(p.partition_index, p.committed_offset,
+                                        getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                      for p in t.partitions)
+        topics.append((name, tid, parts))
+    req = O.CommitRequest(b.group_id, b.member_id or "", b.generation_id_or_member_epoch,
+                          request.field("group_instance_id"), tuple(topics), v)
+    if not b.group_id:
+        out = [{"name": n, "topic_id": i, "partitions": [{"partition_index": p.partition, "error_code": INVALID_REQUEST}
+                                                          for p in ps]} for n, i, ps in topics]
+    else:
+        out = broker.coordinator.runtime.run(b.group_id, lambda shard, now: O.commit(shard, req, now),
+                                             broker.clock())["topics"]
+    for t in unknown:
+        out.append({"topic_id": t.topic_id, "name": "", "partitions": [
+            {"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_ID} for p in t.partitions]})
+    return {"throttle_time": 0, "topics": out}
+
+
+def _fetch_one(broker, group_id, topics, member_id=None, member_epoch=-1, by_id=False):
+    """`topics`: kio request topics (name or topic_id + partition_indexes) or None for all."""
+    shard = broker.coordinator.runtime.shard_for(group_id)
+    wanted = None
+    id_of = {}
+    missing = []
+    if topics is not None:
+        wanted = []
+        for t in topics:
+            if by_id:
+                topic = broker.metadata.get_by_id(t.topic_id)
+                if topic is None:
+                    missing.append(t)
+                    continue
+                id_of[topic.name] = t.topic_id
+                wanted.append((topic.name, list(t.partition_indexes)))
+            else:
+                wanted.append((t.name, list(t.partition_indexes)))
+    result = O.fetch_group(shard, group_id, wanted, member_id, member_epoch)
+    for t in result["topics"]:
+        topic = broker.metadata.get(t["name"])
+        t["topic_id"] = id_of.get(t["name"]) or (topic.topic_id if topic else None)
+    if by_id:
+        result["topics"] = [t for t in result["topics"] if t["topic_id"] is not None]
+        for t in missing:
+            result["topics"].append({"topic_id": t.topic_id, "name": "", "partitions": [
+                {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                 "error_code": UNKNOWN_TOPIC_ID} for p in t.partition_indexes]})
+    return result
+
+
+@api(9, "OffsetFetch", 1, 10)
+def offset_fetch(broker, request):
+    b = request.body
+    v = request.api_version
+    if v >= 8:
+        groups = []
+        for g in b.groups:
+            member_id = getattr(g, "member_id", None)
+            epoch = getattr(g, "member_epoch", -1)
+            groups.append(_fetch_one(broker, g.group_id, g.topics, member_id, epoch, by_id=v >= 10))
+        return {"throttle_time": 0, "groups": groups}
+    one = _fetch_one(broker, b.group_id, b.topics)
+    return {"throttle_time": 0, "error_code": one["error_code"], "topics": one["topics"]}
+
+
+@api(47, "OffsetDelete", 0, 0)
+def offset_delete(broker, request):
+    b = request.body
+    topics = [(t.name, [p.partition_index for p in t.partitions]) for t in b.topics]
+    result = broker.coordinator.runtime.run(b.group_id, lambda shard, now: O.delete(shard, b.group_id, topics, now),
+                                            broker.clock())
+    return {"throttle_time": 0, **result}

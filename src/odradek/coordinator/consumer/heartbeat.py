@@ -1,0 +1,395 @@
+"""ConsumerGroupHeartbeat: join, heartbeat, reconcile, leave (KIP-848).
+
+Theory of operation, in the order `heartbeat` runs (KIP-848 "Request Handling"):
+  1. validate the request (INVALID_REQUEST rules, KIP-848 "Request Validation");
+  2. epochs -1/-2 leave (dynamic leave bumps the group epoch; static leave keeps the
+     assignment for the session timeout and bumps nothing);
+  3. find or create the group and the member: epoch 0 joins (a static member may take
+     over its instance's assignment if the previous incarnation left with -2, else
+     UNRELEASED_INSTANCE_ID); other epochs must name a known member (UNKNOWN_MEMBER_ID)
+     at the right epoch (FENCED_MEMBER_EPOCH), the previous epoch being accepted when the
+     owned partitions are a subset of the assignment (the lost-response case);
+  4. fold the request's changed fields into the member; a change of what the assignment
+     depends on bumps the group epoch;
+  5. if the group epoch is ahead of the target epoch, compute a new target assignment;
+  6. reconcile the member (reconcile.py) and persist its new current assignment;
+  7. answer with the epoch, the heartbeat interval, and the assignment when the member's
+     assignment changed or the request was a full one.
+Nothing is mutated here: the records are returned and the runtime replays them.
+Timers (session, rebalance) are armed on the shard's injected timer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .. import records as R
+from ..errors import (
+    FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, CoordinatorError,
+)
+from ..shard import Result, Shard
+from .assignment import (
+    InvalidRegex, compile_regex, compute_target, partition_metadata_record, preferred_assignor, subscribed_topics,
+    target_records,
+)
+from .model import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerMember, MemberState
+from .reconcile import reconcile
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: dict[uuid.UUID, frozenset[int]] | None = None  # TopicPartitions; None: unchanged
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 1
+
+    @property
+    def is_full(self) -> bool:
+        # Kafka's rule: epoch 0, or every field a full request must carry is present.
+        return self.member_epoch == 0 or (
+            self.rebalance_timeout_ms != -1
+            and (self.subscribed_topic_names is not None or self.subscribed_topic_regex is not None)
+            and self.owned is not None
+        )
+
+
+def _error(code: int, message: str) -> Result:
+    return Result([], {"error_code": code, "error_message": message, "member_id": None, "member_epoch": 0,
+                       "heartbeat_interval": 0})
+
+
+def validate(shard: Shard, req: HeartbeatRequest) -> None:
+    """KIP-848 "Request Validation" (and v1's client-generated member ids, KIP-1082)."""
+    def bad(msg: str):
+        raise CoordinatorError(INVALID_REQUEST, msg)
+
+    if not req.group_id:
+        bad("GroupId can't be empty.")
+    if req.version >= 1 or req.member_epoch != 0:
+        if not req.member_id:
+            bad("MemberId can't be empty.")
+    if req.version >= 1 and len(req.member_id) > 36:
+        bad("MemberId must be at most 36 characters.")
+    if req.instance_id is not None and not req.instance_id:
+        bad("InstanceId can't be empty.")
+    if req.rack_id is not None and not req.rack_id:
+        bad("RackId can't be empty.")
+    if req.member_epoch < STATIC_LEAVE_EPOCH or (req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None):
+        bad(f"MemberEpoch is invalid: {req.member_epoch}.")
+    if req.member_epoch == 0:
+        if req.rebalance_timeout_ms <= 0:
+            bad("RebalanceTimeoutMs must be provided in first request.")
+        if req.owned:
+            bad("TopicPartitions must be empty when (re-)joining.")
+        if req.subscribed_topic_names is None and not req.subscribed_topic_regex:
+            bad("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+    if req.subscribed_topic_regex:
+        try:
+            compile_regex(req.subscribed_topic_regex)
+        except InvalidRegex as exc:
+            raise CoordinatorError(INVALID_REGULAR_EXPRESSION, str(exc)) from None
+    if req.server_assignor is not None and req.server_assignor not in shard.config.assignors:
+        raise CoordinatorError(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
+                               f"Supported assignors: {', '.join(shard.config.assignors)}.")
+
+
+def heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+    try:
+        validate(shard, req)
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return leave(shard, req, now_ms)
+        return _heartbeat(shard, req, now_ms)
+    except CoordinatorError as exc:
+        return _error(exc.code, exc.message)
+
+
+def _find_member(shard: Shard, group: ConsumerGroup | None, req: HeartbeatRequest) -> tuple[ConsumerMember | None, ConsumerMember | None]:
+    """(the member this request speaks for or None if it joins new, a static predecessor it replaces)."""
+    if req.instance_id is not None:
+        static = group.member_by_instance(req.instance_id) if group else None
+        if req.member_epoch == 0:
+            if static is None or static.member_id == req.member_id:
+                existing = group.members.get(req.member_id) if group else None
+                return existing, None
+            if static.member_epoch != STATIC_LEAVE_EPOCH:
+                # KIP-848 "Static Membership": the previous incarnation has not left.
+                raise CoordinatorError(UNRELEASED_INSTANCE_ID, f"Static member {static.member_id} with instance id "
+                                       f"{req.instance_id} is present in the consumer group.")
+            return None, static
+        if static is None:
+            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if static.member_id != req.member_id:
+            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                   f"{req.instance_id} was fenced by member {static.member_id}.")
+        return static, None
+    member = group.members.get(req.member_id) if group else None
+    if member is None and req.member_epoch != 0:
+        raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
+    return member, None
+
+
+def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:
+    """KIP-848 "Fencing", and the lost-response case of "Request Handling" step 3."""
+    received = req.member_epoch
+    if received == 0:
+        return
+    if received > member.member_epoch:
+        raise CoordinatorError(FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({received}) "
+                               f"than the one known by the group coordinator ({member.member_epoch}).")
+    if received < member.member_epoch:
+        if received != member.previous_member_epoch or not _subset(req.owned, member):
+            raise CoordinatorError(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({received}) "
+                                   f"than the one known by the group coordinator ({member.member_epoch}).")
+
+
+def _subset(owned, member: ConsumerMember) -> bool:
+    if owned is None:
+        return False
+    for t, ps in owned.items():
+        mine = member.assigned.get(t)
+        if ps and (mine is None or any(p not in mine for p in ps)):
+            return False
+    return True
+
+
+def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+    group = shard.consumer_groups.get(req.group_id)
+    if group is None and req.member_epoch != 0:
+        raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found.")
+    member, predecessor = _find_member(shard, group, req)
+    if group is None:
+        group = ConsumerGroup(req.group_id)
+    joining = member is None
+    if joining and predecessor is None and len(group.members) >= shard.config.max_size:
+        raise CoordinatorError(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
+                               f"{shard.config.max_size} members.")
+    if member is not None:
+        _check_epoch(member, req)
+
+    member_id = req.member_id or (predecessor.member_id if predecessor else "") or shard.new_member_id()
+    if req.version == 0 and req.member_epoch == 0 and not req.member_id:
+        member_id = shard.new_member_id()  # v0: the coordinator names new members
+    records: list[R.CoordinatorRecord] = []
+    gid = req.group_id
+
+    if predecessor is not None:
+        # KIP-848 "Static Membership": the new incarnation takes over the old one's
+        # assignment; KIP-1251 "Handling of static members": its epochs were reset to 0.
+        base = predecessor.with_(member_id=member_id, member_epoch=0, previous_member_epoch=-1)
+        records += _removal_records(gid, predecessor.member_id)
+    elif member is None:
+        base = ConsumerMember(member_id)
+    else:
+        base = member
+
+    updated = base.with_(
+        instance_id=req.instance_id if req.instance_id is not None else base.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else base.rack_id,
+        client_id=req.client_id,
+        client_host=req.client_host,
+        rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1 else base.rebalance_timeout_ms,
+        subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names))) if req.subscribed_topic_names is not None
+        else base.subscribed_topic_names,
+        subscribed_topic_regex=(req.subscribed_topic_regex or None) if req.subscribed_topic_regex is not None
+        else base.subscribed_topic_regex,
+        server_assignor=req.server_assignor if req.server_assignor is not None else base.server_assignor,
+    )
+
+    members = dict(group.members)
+    if predecessor is not None:
+        members.pop(predecessor.member_id, None)
+    members[member_id] = updated
+
+    group_epoch = group.group_epoch
+    topics = group.subscribed_topics
+    metadata_changed = joining or predecessor is not None or _metadata_differs(base, updated)
+    if metadata_changed:
+        records.append(R.member_metadata(gid, updated))
+    if joining and predecessor is None or updated.subscription_key() != base.subscription_key():
+        new_topics = subscribed_topics(members.values(), shard.image)
+        if new_topics != topics:
+            records.append(partition_metadata_record(gid, new_topics))
+            topics = new_topics
+        group_epoch += 1
+        records.append(R.group_epoch(gid, group_epoch))
+
+    target_epoch = group.target_epoch
+    target = group.target
+    if group_epoch > target_epoch:
+        inherited = {member_id: predecessor.member_id} if predecessor else None
+        new_target = compute_target(group, members, topics, shard.image,
+                                    preferred_assignor(members, shard.config.assignors[0]), inherited)
+        old_target = dict(group.target)
+        if predecessor is not None:
+            old_target[member_id] = old_target.pop(predecessor.member_id, {})
+        records += target_records(gid, old_target, new_target, group_epoch)
+        target, target_epoch = new_target, group_epoch
+    elif predecessor is not None:
+        inherited_target = group.target.get(predecessor.member_id, {})
+        records.append(R.target_member(gid, member_id, inherited_target))
+        target = {**group.target, member_id: inherited_target}
+
+    old_owner = predecessor.member_id if predecessor else None
+
+    def owner_of(t, p):
+        o = group.owners.get((t, p))
+        return member_id if o is not None and o == old_owner else o
+
+    reconciled = reconcile(updated, target_epoch, target.get(member_id, {}), req.owned, owner_of)
+    if joining or predecessor is not None or reconciled is not updated:
+        records.append(R.current_assignment(gid, reconciled))
+
+    arm_timers(shard, gid, reconciled, now_ms)
+    if predecessor is not None:
+        shard.timer.cancel(("session", gid, predecessor.member_id))
+        shard.timer.cancel(("rebalance", gid, predecessor.member_id))
+
+    response: dict[str, Any] = {
+        "error_code": NONE, "error_message": None, "member_id": member_id,
+        "member_epoch": reconciled.member_epoch, "heartbeat_interval": shard.heartbeat_interval_ms(gid),
+        "assignment": None,
+    }
+    if req.is_full or reconciled.assigned != base.assigned or member is None:
+        response["assignment"] = {"topic_partitions": [
+            {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(reconciled.assigned.items()) if ps
+        ]}
+    return Result(records, response)
+
+
+def _metadata_differs(a: ConsumerMember, b: ConsumerMember) -> bool:
+    return (a.instance_id, a.rack_id, a.client_id, a.client_host, a.subscribed_topic_names, a.subscribed_topic_regex,
+            a.server_assignor, a.rebalance_timeout_ms) != (
+        b.instance_id, b.rack_id, b.client_id, b.client_host, b.subscribed_topic_names, b.subscribed_topic_regex,
+        b.server_assignor, b.rebalance_timeout_ms)
+
+
+def _removal_records(gid: str, member_id: str) -> list[R.CoordinatorRecord]:
+    # Order matters for replay: assignment first, metadata last (the member disappears then).
+    return [R.current_assignment_tombstone(gid, member_id), R.target_member_tombstone(gid, member_id),
+            R.member_tombstone(gid, member_id)]
+
+
+def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
+    mid = member.member_id
+    shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid),
+                         lambda s, now: expire_member(s, gid, mid, now, "session timeout"))
+    key = ("rebalance", gid, mid)
+    if member.state is MemberState.UNREVOKED_PARTITIONS:
+        # KIP-848: the member has the rebalance timeout to revoke, from when it was asked.
+        if key not in shard.timer:
+            epoch = member.member_epoch
+            shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0),
+                                 lambda s, now: _rebalance_timeout(s, gid, mid, epoch, now))
+    else:
+        shard.timer.cancel(key)
+
+
+def _rebalance_timeout(shard: Shard, gid: str, mid: str, epoch: int, now_ms: int) -> Result:
+    group = shard.consumer_groups.get(gid)
+    member = group.members.get(mid) if group else None
+    if member is None or member.state is not MemberState.UNREVOKED_PARTITIONS or member.member_epoch != epoch:
+        return Result([], None)
+    return expire_member(shard, gid, mid, now_ms, "rebalance timeout")
+
+
+def expire_member(shard: Shard, gid: str, mid: str, now_ms: int, why: str = "") -> Result:
+    """Fence a member the coordinator gave up on (session or rebalance timeout)."""
+    group = shard.consumer_groups.get(gid)
+    if group is None or mid not in group.members:
+        return Result([], None)
+    shard.timer.cancel(("session", gid, mid))
+    shard.timer.cancel(("rebalance", gid, mid))
+    return Result(remove_member_records(shard, group, mid), None)
+
+
+def remove_member_records(shard: Shard, group: ConsumerGroup, mid: str) -> list[R.CoordinatorRecord]:
+    """Remove a member, bump the group epoch and install the next target (KIP-848 "Member Failure")."""
+    gid = group.group_id
+    records = _removal_records(gid, mid)
+    members = {k: v for k, v in group.members.items() if k != mid}
+    topics = subscribed_topics(members.values(), shard.image)
+    if topics != group.subscribed_topics:
+        records.append(partition_metadata_record(gid, topics))
+    epoch = group.group_epoch + 1
+    records.append(R.group_epoch(gid, epoch))
+    old_target = {k: v for k, v in group.target.items() if k != mid}
+    new_target = compute_target(group, members, topics, shard.image,
+                                preferred_assignor(members, shard.config.assignors[0]))
+    records += target_records(gid, old_target, new_target, epoch)
+    return records
+
+
+def leave(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+    gid = req.group_id
+    group = shard.consumer_groups.get(gid)
+    if group is None:
+        raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
+    if req.instance_id is not None:
+        member = group.member_by_instance(req.instance_id)
+        if member is None:
+            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+        if member.member_id != req.member_id:
+            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                   f"{req.instance_id} was fenced by member {member.member_id}.")
+    else:
+        member = group.members.get(req.member_id)
+        if member is None:
+            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
+    response = {"error_code": NONE, "error_message": None, "member_id": req.member_id,
+                "member_epoch": req.member_epoch, "heartbeat_interval": 0, "assignment": None}
+    if req.member_epoch == STATIC_LEAVE_EPOCH:
+        # KIP-848 "Static Membership": keep the assignment for the session timeout, no epoch
+        # bump; KIP-1251: the assignment epochs drop to 0 so the next incarnation may commit.
+        if member.member_epoch == STATIC_LEAVE_EPOCH:
+            return Result([], response)
+        left = member.with_(
+            member_epoch=STATIC_LEAVE_EPOCH,
+            previous_member_epoch=member.member_epoch,
+            assigned={t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()},
+            pending_revocation={t: dict.fromkeys(ps, 0) for t, ps in member.pending_revocation.items()},
+        )
+        shard.timer.cancel(("rebalance", gid, member.member_id))
+        mid = member.member_id
+        shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid),
+                             lambda s, now: expire_member(s, gid, mid, now, "static member did not return"))
+        return Result([R.current_assignment(gid, left)], response)
+    shard.timer.cancel(("session", gid, member.member_id))
+    shard.timer.cancel(("rebalance", gid, member.member_id))
+    return Result(remove_member_records(shard, group, member.member_id), response)
+
+
+def refresh_metadata(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:
+    """Bump the epoch when the subscribed topics changed (created, deleted, recreated, grown)."""
+    topics = subscribed_topics(group.members.values(), shard.image)
+    if topics == group.subscribed_topics or not group.members:
+        if topics != group.subscribed_topics:
+            return [partition_metadata_record(group.group_id, topics)]
+        return []
+    gid = group.group_id
+    epoch = group.group_epoch + 1
+    records = [partition_metadata_record(gid, topics), R.group_epoch(gid, epoch)]
+    new_target = compute_target(group, group.members, topics, shard.image,
+                                preferred_assignor(group.members, shard.config.assignors[0]))
+    records += target_records(gid, group.target, new_target, epoch)
+    return records
+
+
+def assign_if_needed(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:
+    """After a load: a group whose epoch is ahead of its target gets its target now (KIP-848 "Fail Over")."""
+    if group.group_epoch <= group.target_epoch or not group.members:
+        return []
+    new_target = compute_target(group, group.members, group.subscribed_topics, shard.image,
+                                preferred_assignor(group.members, shard.config.assignors[0]))
+    return target_records(group.group_id, group.target, new_target, group.group_epoch)

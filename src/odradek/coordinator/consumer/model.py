@@ -1,0 +1,189 @@
+"""The in-memory model of a KIP-848 consumer group, changed only by replaying records.
+
+Theory of operation (KIP-848 "Data Model", "Rebalance Process"): a group has a group
+epoch (bumped whenever the assignment input changes), a target assignment computed at an
+assignment epoch, and members that each reconcile their current assignment towards their
+target at their own member epoch. `ConsumerMember` is frozen: the heartbeat handler
+computes the member it wants and returns a record for it; replay swaps the new value in.
+The group keeps one derived index, `owners`: which member currently holds each
+partition (assigned or still pending revocation). A partition is handed to a new member
+only when it has no owner (KIP-848: "never assign a partition before the previous owner
+revoked it").
+
+Group states are derived from epochs (KIP-848 "Consumer Group States"); the table
+`GROUP_TRANSITIONS` lists the moves replay may make, and a move outside it is an
+invariant violation (an AssertionError, principle 3).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field, replace
+
+# topic id -> partition -> assignment epoch (KIP-1251)
+Partitions = dict[uuid.UUID, dict[int, int]]
+# topic id -> partitions (target assignments carry no epochs)
+TargetPartitions = dict[uuid.UUID, frozenset[int]]
+
+LEAVE_EPOCH = -1          # KIP-848 "Joining & Leaving": leave the group
+STATIC_LEAVE_EPOCH = -2   # KIP-848 "Static Membership": leave, keep the assignment for the session timeout
+
+
+class MemberState(enum.IntEnum):
+    """Reconciliation state of one member (Kafka's MemberState values, stored in records)."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 3
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# KIP-848 "Consumer Group States": every state can reach every live state in one record
+# (a member joining an empty group with a server-side assignor goes straight to
+# RECONCILING once the target is written); only DEAD is terminal.
+_LIVE = {GroupState.EMPTY, GroupState.ASSIGNING, GroupState.RECONCILING, GroupState.STABLE}
+GROUP_TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset(_LIVE | {GroupState.DEAD}),
+    GroupState.ASSIGNING: frozenset(_LIVE),
+    GroupState.RECONCILING: frozenset(_LIVE),
+    GroupState.STABLE: frozenset(_LIVE),
+    GroupState.DEAD: frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = -1
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: Partitions = field(default_factory=dict)
+    pending_revocation: Partitions = field(default_factory=dict)
+
+    def with_(self, **changes) -> ConsumerMember:
+        return replace(self, **changes)
+
+    def subscription_key(self) -> tuple:
+        """What the assignment depends on: a change here bumps the group epoch."""
+        return (self.subscribed_topic_names, self.subscribed_topic_regex, self.server_assignor, self.rack_id)
+
+    def assigned_set(self) -> dict[uuid.UUID, frozenset[int]]:
+        return {t: frozenset(ps) for t, ps in self.assigned.items() if ps}
+
+    def owned_pairs(self):
+        for parts in (self.assigned, self.pending_revocation):
+            for t, ps in parts.items():
+                for p in ps:
+                    yield t, p
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    topic_id: uuid.UUID
+    name: str
+    partitions: int
+
+
+class ConsumerGroup:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        # KIP-848 "Partitions Metadata": the subscribed topics as of the last epoch bump
+        self.subscribed_topics: dict[str, TopicMeta] = {}
+        self.target_epoch = 0
+        self.target: dict[str, TargetPartitions] = {}
+        self.owners: dict[tuple[uuid.UUID, int], str] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.dead = False
+        self._state = GroupState.EMPTY
+
+    # --- derived ------------------------------------------------------------------------
+
+    def compute_state(self) -> GroupState:
+        if self.dead:
+            return GroupState.DEAD
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.target_epoch:
+            return GroupState.ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch != self.target_epoch or m.state is not MemberState.STABLE:
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    @property
+    def state(self) -> GroupState:
+        return self._state
+
+    def refresh_state(self) -> None:
+        new = self.compute_state()
+        assert new in GROUP_TRANSITIONS[self._state] or new is self._state, (
+            f"group {self.group_id}: illegal transition {self._state} -> {new}"
+        )
+        self._state = new
+
+    def owner(self, topic_id: uuid.UUID, partition: int) -> str | None:
+        return self.owners.get((topic_id, partition))
+
+    def member_by_instance(self, instance_id: str) -> ConsumerMember | None:
+        mid = self.static_members.get(instance_id)
+        return self.members.get(mid) if mid is not None else None
+
+    # --- replay: the only mutators --------------------------------------------------------
+
+    def put_member(self, member: ConsumerMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._unown(old)
+            if old.instance_id and self.static_members.get(old.instance_id) == old.member_id:
+                del self.static_members[old.instance_id]
+        self.members[member.member_id] = member
+        if member.instance_id:
+            self.static_members[member.instance_id] = member.member_id
+        for tp in member.owned_pairs():
+            self.owners[tp] = member.member_id
+
+    def remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        if old is None:
+            return
+        self._unown(old)
+        if old.instance_id and self.static_members.get(old.instance_id) == member_id:
+            del self.static_members[old.instance_id]
+
+    def _unown(self, member: ConsumerMember) -> None:
+        for tp in member.owned_pairs():
+            if self.owners.get(tp) == member.member_id:
+                del self.owners[tp]
+
+    def snapshot(self) -> dict:
+        """A plain-value picture of the whole group, for tests that compare state across a restart."""
+        return {
+            "group_id": self.group_id,
+            "group_epoch": self.group_epoch,
+            "target_epoch": self.target_epoch,
+            "state": self.state.value,
+            "subscribed_topics": dict(sorted(self.subscribed_topics.items())),
+            "members": {k: v for k, v in sorted(self.members.items())},
+            "target": {k: dict(sorted(v.items())) for k, v in sorted(self.target.items())},
+            "owners": dict(sorted(self.owners.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))),
+            "static_members": dict(sorted(self.static_members.items())),
+        }

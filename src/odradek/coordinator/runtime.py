@@ -1,0 +1,145 @@
+"""The coordinator runtime: shards, write-then-replay, timers, metadata changes.
+
+Theory of operation (KIP-848 "Group Coordinator": one state machine per
+`__consumer_offsets` partition, run as an event loop): a group belongs to partition
+`abs(java_hash(group_id)) % offsets.topic.num.partitions`, as in Kafka, so tools that
+compute the coordinator partition agree with us. `run(group_id, op, now)` calls the
+handler `op(shard, now) -> Result`, hands the records to the injected `writer` (the
+broker appends them to the partition log; the simulator keeps them in a list) and only
+after that replays them into the shard and returns the response. Loading a partition
+is the same replay. Due timers run through the same path.
+
+The runtime is synchronous and touches no socket or clock: callers pass `now_ms`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable
+
+from .config import CoordinatorConfig
+from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
+from .image import MetadataImage
+from .offsets import expire_offsets
+from .records import CoordinatorRecord
+from .shard import Result, Shard, _random_member_id
+from .timer import Timer
+
+log = logging.getLogger(__name__)
+
+Writer = Callable[[int, list[CoordinatorRecord], int], None]
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    data = s.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    h = java_string_hash(group_id)
+    # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 rather than overflowing.
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class CoordinatorRuntime:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        writer: Writer,
+        image: MetadataImage | None = None,
+        new_member_id: Callable[[], str] = _random_member_id,
+        group_overrides: Callable[[str], dict[str, int]] = lambda _g: {},
+    ) -> None:
+        self.config = config
+        self.writer = writer
+        self.image = image or MetadataImage()
+        self.new_member_id = new_member_id
+        self.group_overrides = group_overrides
+        self.shards: dict[int, Shard] = {}
+        self.records_written = 0
+
+    # --- shards ---------------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_partitions)
+
+    def shard_for(self, group_id: str) -> Shard | None:
+        return self.shards.get(self.partition_for(group_id))
+
+    def new_shard(self, partition: int) -> Shard:
+        return Shard(partition, self.config, self.image, Timer(), self.new_member_id, self.group_overrides)
+
+    def load(self, partition: int, records: Iterable[CoordinatorRecord], now_ms: int) -> Shard:
+        """Replay a partition's records into a fresh shard and take it over (KIP-848 "Fail Over")."""
+        shard = self.new_shard(partition)
+        for record in records:
+            shard.replay(record)
+        self.shards[partition] = shard
+        self._on_loaded(shard, now_ms)
+        return shard
+
+    def unload(self, partition: int) -> None:
+        self.shards.pop(partition, None)
+
+    def _on_loaded(self, shard: Shard, now_ms: int) -> None:
+        # KIP-848 "Fail Over": members get a fresh session (static members that left with
+        # -2 too: they have a session timeout to return), members mid-revocation a fresh
+        # rebalance timeout; groups whose topics changed meanwhile get a new epoch.
+        for group in list(shard.consumer_groups.values()):
+            for member in group.members.values():
+                arm_timers(shard, group.group_id, member, now_ms)
+            self._write(shard, refresh_metadata(shard, group) or assign_if_needed(shard, group), now_ms)
+        self._arm_offset_expiry(shard, now_ms)
+
+    def _arm_offset_expiry(self, shard: Shard, now_ms: int) -> None:
+        def op(s: Shard, now: int) -> Result:
+            self._arm_offset_expiry(s, now)
+            return expire_offsets(s, now)
+
+        shard.timer.schedule(("offset-expiry",), now_ms + self.config.offsets_retention_check_interval_ms, op)
+
+    # --- running operations -----------------------------------------------------------------------
+
+    def _write(self, shard: Shard, records: list[CoordinatorRecord], now_ms: int) -> None:
+        if not records:
+            return
+        self.writer(shard.partition, records, now_ms)
+        self.records_written += len(records)
+        for record in records:
+            shard.replay(record)
+
+    def run(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int):
+        shard = self.shard_for(group_id)
+        if shard is None:
+            raise LookupError(f"partition for group {group_id} is not loaded")
+        return self.run_on(shard, op, now_ms)
+
+    def run_on(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
+        result = op(shard, now_ms)
+        self._write(shard, result.records, now_ms)
+        return result.response
+
+    def tick(self, now_ms: int) -> int:
+        """Run every due timer; returns how many ran."""
+        ran = 0
+        for shard in list(self.shards.values()):
+            for _key, op in shard.timer.due(now_ms):
+                self.run_on(shard, op, now_ms)
+                ran += 1
+        return ran
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for s in self.shards.values() if (d := s.timer.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def update_image(self, image: MetadataImage, now_ms: int) -> None:
+        """Topics changed: groups whose subscribed partitions changed get a new epoch and target."""
+        self.image = image
+        for shard in self.shards.values():
+            shard.image = image
+            for group in list(shard.consumer_groups.values()):
+                self._write(shard, refresh_metadata(shard, group), now_ms)

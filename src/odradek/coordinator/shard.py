@@ -1,0 +1,160 @@
+"""One coordinator shard: the state of the groups mapped to one `__consumer_offsets` partition.
+
+Theory of operation (DESIGN principle 2, Kafka's GroupMetadataManager.replay): the shard
+holds consumer groups and committed offsets, and `replay(record)` is the only way either
+changes. Handlers (heartbeat, offsets, admin) read the shard and return
+`Result(records, response)`; the runtime writes the records to the partition and then
+replays them. Loading the partition at start-up replays the same records, so the state
+after a restart equals the state before it (`snapshot()` makes that comparable).
+
+Side effects other than state (timers) are scheduled by handlers on the injected timer,
+as Kafka's coordinator does; after a load, `on_loaded` re-arms them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+from . import records as R
+from .config import CoordinatorConfig
+from .consumer.model import ConsumerGroup, ConsumerMember, MemberState, TopicMeta
+from .image import MetadataImage
+from .timer import Timer
+
+
+class Result(NamedTuple):
+    records: list[R.CoordinatorRecord]
+    response: Any
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetEntry:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+def _random_member_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Shard:
+    def __init__(
+        self,
+        partition: int,
+        config: CoordinatorConfig,
+        image: MetadataImage | None = None,
+        timer: Timer | None = None,
+        new_member_id: Callable[[], str] = _random_member_id,
+        group_overrides: Callable[[str], dict[str, int]] = lambda _g: {},
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.image = image or MetadataImage()
+        self.timer = timer or Timer()
+        self.new_member_id = new_member_id
+        self.group_overrides = group_overrides
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        self.records_replayed = 0
+
+    # --- per-group settings -------------------------------------------------------------------
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self.group_overrides(group_id).get("consumer.session.timeout.ms", self.config.session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.group_overrides(group_id).get("consumer.heartbeat.interval.ms", self.config.heartbeat_interval_ms)
+
+    # --- lookups ------------------------------------------------------------------------------
+
+    def group_ids(self) -> set[str]:
+        return set(self.consumer_groups) | set(self.offsets)
+
+    # --- replay ---------------------------------------------------------------------------------
+
+    def replay(self, record: R.CoordinatorRecord) -> None:
+        self.records_replayed += 1
+        t = record.type
+        if t == R.OFFSET_COMMIT:
+            self._replay_offset(record)
+            return
+        group_id = record.key[0]
+        group = self.consumer_groups.get(group_id)
+        v = record.value
+        if group is None:
+            if v is None:
+                return  # tombstone for a group already gone (compaction keeps these for a while)
+            group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
+        if t == R.GROUP_METADATA:
+            if v is None:
+                assert not group.members, f"group {group_id} deleted with members"
+                group.dead = True
+                group.refresh_state()
+                del self.consumer_groups[group_id]
+                return
+            group.group_epoch = v["epoch"]
+        elif t == R.PARTITION_METADATA:
+            group.subscribed_topics = {} if v is None else {
+                x["topic_name"]: TopicMeta(x["topic_id"], x["topic_name"], x["num_partitions"]) for x in v["topics"]
+            }
+        elif t == R.MEMBER_METADATA:
+            member_id = record.key[1]
+            if v is None:
+                group.remove_member(member_id)
+            else:
+                old = group.members.get(member_id) or ConsumerMember(member_id)
+                group.put_member(old.with_(
+                    instance_id=v["instance_id"], rack_id=v["rack_id"], client_id=v["client_id"],
+                    client_host=v["client_host"], subscribed_topic_names=tuple(v["subscribed_topic_names"]),
+                    subscribed_topic_regex=v["subscribed_topic_regex"], server_assignor=v["server_assignor"],
+                    rebalance_timeout_ms=v["rebalance_timeout_ms"],
+                ))
+        elif t == R.TARGET_METADATA:
+            group.target_epoch = 0 if v is None else v["assignment_epoch"]
+        elif t == R.TARGET_MEMBER:
+            member_id = record.key[1]
+            if v is None:
+                group.target.pop(member_id, None)
+            else:
+                group.target[member_id] = {x["topic_id"]: frozenset(x["partitions"]) for x in v["topic_partitions"]}
+        elif t == R.CURRENT_ASSIGNMENT:
+            member_id = record.key[1]
+            old = group.members.get(member_id)
+            if v is None:
+                if old is not None:
+                    group.put_member(old.with_(member_epoch=0, previous_member_epoch=-1, state=MemberState.STABLE,
+                                               assigned={}, pending_revocation={}))
+            else:
+                epoch = v["member_epoch"]
+                group.put_member((old or ConsumerMember(member_id)).with_(
+                    member_epoch=epoch,
+                    previous_member_epoch=v["previous_member_epoch"],
+                    state=MemberState(v["state"]),
+                    assigned=R.read_partitions(v["assigned_partitions"], epoch),
+                    pending_revocation=R.read_partitions(v["partitions_pending_revocation"], epoch),
+                ))
+        group.refresh_state()
+
+    def _replay_offset(self, record: R.CoordinatorRecord) -> None:
+        group_id, topic, partition = record.key
+        v = record.value
+        if v is None:
+            offsets = self.offsets.get(group_id)
+            if offsets is not None:
+                offsets.pop((topic, partition), None)
+                if not offsets:
+                    del self.offsets[group_id]
+            return
+        self.offsets.setdefault(group_id, {})[(topic, partition)] = OffsetEntry(
+            v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"]
+        )
+
+    def snapshot(self) -> dict:
+        return {
+            "consumer_groups": {g: grp.snapshot() for g, grp in sorted(self.consumer_groups.items())},
+            "offsets": {g: dict(sorted(o.items())) for g, o in sorted(self.offsets.items())},
+        }

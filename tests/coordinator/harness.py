@@ -1,0 +1,116 @@
+"""A pure coordinator driven by hand: runtime + in-memory log + a clock the test moves.
+
+No broker, no sockets: heartbeats and commits go straight to the sans-I/O handlers, the
+records they return are kept in `log` (per partition), and `restart()` replays that log
+into a fresh runtime, exactly as a broker start-up does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+from odradek.coordinator import records as R
+from odradek.coordinator.config import CoordinatorConfig
+from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
+from odradek.coordinator.image import MetadataImage
+from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit, fetch_group
+from odradek.coordinator.runtime import CoordinatorRuntime
+
+FOO = uuid.UUID(int=0xF00)
+BAR = uuid.UUID(int=0xBA2)
+
+
+class Coord:
+    def __init__(self, topics=(("foo", FOO, 3),), config: CoordinatorConfig | None = None, partitions: int = 1,
+                 encode: bool = True):
+        self.config = config or CoordinatorConfig(offsets_topic_partitions=partitions)
+        self.now = 1_000
+        self.log: dict[int, list[bytes]] = {}
+        self.encode = encode
+        self._ids = (f"member-{i}" for i in itertools.count())
+        self.image = MetadataImage.of(list(topics))
+        self.runtime = self._new_runtime()
+        for p in range(self.config.offsets_topic_partitions):
+            self.runtime.load(p, [], self.now)
+        self.written: list[R.CoordinatorRecord] = []
+
+    def _new_runtime(self) -> CoordinatorRuntime:
+        return CoordinatorRuntime(self.config, self._write, self.image, new_member_id=lambda: next(self._ids))
+
+    def _write(self, partition, records, now_ms):
+        self.written = list(records)
+        # Round-trip through the binary form: what replay sees is what the log holds.
+        self.log.setdefault(partition, []).extend(R.encode(r) for r in records)
+
+    def replayed(self, partition: int = 0) -> list[R.CoordinatorRecord]:
+        return [R.decode(k, v) for k, v in self.log.get(partition, [])]
+
+    def restart(self) -> None:
+        self.runtime = self._new_runtime()
+        for p in range(self.config.offsets_topic_partitions):
+            self.runtime.load(p, self.replayed(p), self.now)
+
+    def snapshot(self) -> dict:
+        return {p: s.snapshot() for p, s in sorted(self.runtime.shards.items())}
+
+    # --- driving ------------------------------------------------------------------------------
+
+    def hb(self, group="g", member="A", epoch=0, *, owned=None, topics=None, regex=None, rebalance_timeout=-1,
+           instance_id=None, rack_id=None, assignor=None, version=1, full=False):
+        if epoch == 0:
+            rebalance_timeout = 300_000 if rebalance_timeout == -1 else rebalance_timeout
+            if topics is None and regex is None:
+                topics = ("foo",)
+            if owned is None:
+                owned = {}
+        req = HeartbeatRequest(
+            group_id=group, member_id=member, member_epoch=epoch, instance_id=instance_id, rack_id=rack_id,
+            rebalance_timeout_ms=rebalance_timeout, subscribed_topic_names=tuple(topics) if topics is not None else None,
+            subscribed_topic_regex=regex, server_assignor=assignor,
+            owned=None if owned is None else {t: frozenset(ps) for t, ps in owned.items()},
+            client_id="client", client_host="/127.0.0.1", version=version,
+        )
+        return self.runtime.run(group, lambda shard, now: heartbeat(shard, req, now), self.now)
+
+    def commit(self, group="g", member="", epoch=-1, offsets=(("foo", 0, 10),), version=9, instance_id=None):
+        by_topic: dict[str, list] = {}
+        for topic, p, off in offsets:
+            by_topic.setdefault(topic, []).append(CommitPartition(p, off))
+        ids = {n: t.topic_id for n, t in self.image.topics.items()}
+        req = CommitRequest(group, member, epoch, instance_id,
+                            tuple((t, ids.get(t), tuple(ps)) for t, ps in by_topic.items()), version)
+        resp = self.runtime.run(group, lambda shard, now: commit(shard, req, now), self.now)
+        return {(t["name"], p["partition_index"]): int(p["error_code"]) for t in resp["topics"] for p in t["partitions"]}
+
+    def fetch(self, group="g", topics=None):
+        shard = self.runtime.shard_for(group)
+        out = fetch_group(shard, group, topics)
+        return {(t["name"], p["partition_index"]): p["committed_offset"] for t in out["topics"] for p in t["partitions"]}
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        self.runtime.tick(self.now)
+
+    def set_topics(self, topics) -> None:
+        self.image = MetadataImage.of(list(topics), version=self.image.version + 1)
+        self.runtime.update_image(self.image, self.now)
+
+    def group(self, gid="g"):
+        return self.runtime.shard_for(gid).consumer_groups.get(gid)
+
+
+def parts(resp, topic=FOO) -> list[int] | None:
+    """Partitions of `topic` in a heartbeat response's assignment (None: no assignment sent)."""
+    a = resp["assignment"]
+    if a is None:
+        return None
+    for tp in a["topic_partitions"]:
+        if tp["topic_id"] == topic:
+            return sorted(tp["partitions"])
+    return []
+
+
+def member_view(group, mid):
+    m = group.members[mid]
+    return (m.member_epoch, sorted(m.assigned.get(FOO, {})), sorted(m.pending_revocation.get(FOO, {})), m.state.name)
