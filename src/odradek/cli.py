@@ -35,6 +35,13 @@ def _broker(args: argparse.Namespace) -> int:
         from .config import apply_properties, parse_properties
 
         apply_properties(config, parse_properties(item))
+    from .coordinator.config import CoordinatorConfig
+
+    try:
+        CoordinatorConfig.from_properties(config.extra)  # fail before opening anything
+    except ValueError as exc:
+        print(f"odradek: invalid group coordinator configuration: {exc}", file=sys.stderr)
+        return 2
     try:
         import uvloop
 

@@ -71,6 +71,7 @@ class Coord:
             owned=None if owned is None else {t: frozenset(ps) for t, ps in owned.items()},
             client_id="client", client_host="/127.0.0.1", version=version,
         )
+        self.written = []
         return self.runtime.run(group, lambda shard, now: heartbeat(shard, req, now), self.now)
 
     def commit(self, group="g", member="", epoch=-1, offsets=(("foo", 0, 10),), version=9, instance_id=None):
@@ -80,6 +81,7 @@ class Coord:
         ids = {n: t.topic_id for n, t in self.image.topics.items()}
         req = CommitRequest(group, member, epoch, instance_id,
                             tuple((t, ids.get(t), tuple(ps)) for t, ps in by_topic.items()), version)
+        self.written = []
         resp = self.runtime.run(group, lambda shard, now: commit(shard, req, now), self.now)
         return {(t["name"], p["partition_index"]): int(p["error_code"]) for t in resp["topics"] for p in t["partitions"]}
 

@@ -178,9 +178,8 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     if member is not None:
         _check_epoch(member, req)
 
-    member_id = req.member_id or (predecessor.member_id if predecessor else "") or shard.new_member_id()
-    if req.version == 0 and req.member_epoch == 0 and not req.member_id:
-        member_id = shard.new_member_id()  # v0: the coordinator names new members
+    # v0: the coordinator names joining members; v1 (KIP-1082): the client does.
+    member_id = req.member_id or shard.new_member_id()
     records: list[R.CoordinatorRecord] = []
     gid = req.group_id
 

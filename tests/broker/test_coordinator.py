@@ -1,0 +1,127 @@
+"""The broker's coordinator glue: records land in `__consumer_offsets`, a restart (clean or
+after compaction) rebuilds exactly the same state, topic changes reach the groups."""
+
+from __future__ import annotations
+
+from odradek.cluster.names import CONSUMER_OFFSETS
+from tests.broker.conftest import InProcess
+from tests.wire import parse_response, request_frame
+
+
+def hb(b: InProcess, member, epoch=0, topics=("t",), owned=(), group="g", instance_id=None, regex=None):
+    body = {"group_id": group, "member_id": member, "member_epoch": epoch, "instance_id": instance_id, "rack_id": None,
+            "rebalance_timeout": 30_000 if epoch == 0 else -1,
+            "subscribed_topic_names": list(topics) if epoch == 0 and regex is None else None,
+            "subscribed_topic_regex": regex, "server_assignor": None,
+            "topic_partitions": [{"topic_id": t, "partitions": ps} for t, ps in owned] if epoch == 0 or owned else None}
+    _, resp = parse_response(68, 1, b.handle(request_frame(68, 1, body)))
+    return resp
+
+
+def commit(b: InProcess, member, epoch, offsets, group="g"):
+    body = {"group_id": group, "generation_id_or_member_epoch": epoch, "member_id": member, "group_instance_id": None,
+            "topics": [{"name": t, "partitions": [{"partition_index": p, "committed_offset": o,
+                                                   "committed_leader_epoch": -1, "committed_metadata": "m"}]}
+                       for t, p, o in offsets]}
+    _, resp = parse_response(8, 9, b.handle(request_frame(8, 9, body)))
+    return [int(p.error_code) for t in resp.topics for p in t.partitions]
+
+
+def snapshot(b: InProcess) -> dict:
+    return {p: s.snapshot() for p, s in b.broker.coordinator.runtime.shards.items()}
+
+
+def test_offsets_topic_is_created_compacted(tmp_path):
+    b = InProcess(tmp_path / "d", extra={"offsets.topic.num.partitions": "5"})
+    try:
+        topic = b.broker.metadata.get(CONSUMER_OFFSETS)
+        assert topic.partitions == 5 and topic.configs["cleanup.policy"] == "compact"
+        assert sorted(b.broker.coordinator.runtime.shards) == [0, 1, 2, 3, 4]
+    finally:
+        b.close()
+
+
+def _scenario(b: InProcess):
+    b.broker.create_topic("t", 4, {})
+    tid = b.broker.metadata.get("t").topic_id
+    hb(b, "A")
+    hb(b, "B", instance_id="static-b")
+    r = hb(b, "A", epoch=1)
+    assert r.error_code == 0
+    a = [tp.partitions for tp in r.assignment.topic_partitions][0] if r.assignment else ()
+    hb(b, "A", epoch=1, owned=[(tid, list(a))])
+    hb(b, "B", epoch=2)
+    assert commit(b, "A", 2, [("t", a[0], 42)]) == [0]
+    assert commit(b, "", -1, [("t", 0, 7)], group="simple") == [0]
+    hb(b, "B", epoch=-2, instance_id="static-b")
+    b.broker.add_partitions(b.broker.metadata.get("t"), 6)
+    hb(b, "C", group="other", regex="t|u")
+    return tid
+
+
+def test_restart_rebuilds_identical_state(tmp_path):
+    b = InProcess(tmp_path / "d")
+    _scenario(b)
+    before = snapshot(b)
+    assert before[b.broker.coordinator.runtime.partition_for("g")]["consumer_groups"]["g"]["group_epoch"] >= 3
+    b.close()
+    b2 = InProcess(tmp_path / "d")
+    try:
+        assert snapshot(b2) == before
+        assert b2.broker.coordinator.records_loaded > 0
+    finally:
+        b2.close()
+
+
+def test_state_survives_compaction(tmp_path):
+    b = InProcess(tmp_path / "d", extra={"offsets.topic.num.partitions": "1"})
+    _scenario(b)
+    # Churn: many heartbeats that rewrite the same keys, then compact everything but the active segment.
+    for i in range(30):
+        assert commit(b, "", -1, [("t", 0, i)], group="simple") == [0]
+    plog = b.broker.logs.get(CONSUMER_OFFSETS, 0)
+    plog.roll(b.broker.clock())
+    before = snapshot(b)
+    size_before = plog.size_bytes
+    assert b.broker.compact(b.broker.clock() + 10**9) >= 1
+    assert plog.size_bytes < size_before
+    b.close()
+    b2 = InProcess(tmp_path / "d", extra={"offsets.topic.num.partitions": "1"})
+    try:
+        assert snapshot(b2) == before
+    finally:
+        b2.close()
+
+
+def test_topic_changes_reach_groups(tmp_path):
+    b = InProcess(tmp_path / "d")
+    try:
+        b.broker.create_topic("t", 2, {})
+        hb(b, "A")
+        group = b.broker.coordinator.runtime.shard_for("g").consumer_groups["g"]
+        e = group.group_epoch
+        b.broker.add_partitions(b.broker.metadata.get("t"), 3)
+        assert group.group_epoch == e + 1
+        b.broker.delete_topic(b.broker.metadata.get("t"))
+        assert group.group_epoch == e + 2 and group.subscribed_topics == {}
+        b.broker.create_topic("t", 1, {})
+        assert group.group_epoch == e + 3 and group.subscribed_topics["t"].partitions == 1
+        b.broker.create_topic("unrelated", 1, {})
+        assert group.group_epoch == e + 3
+    finally:
+        b.close()
+
+
+def test_coordinator_tick_expires_sessions(tmp_path):
+    b = InProcess(tmp_path / "d", extra={"group.consumer.session.timeout.ms": "45000"})
+    try:
+        b.broker.create_topic("t", 1, {})
+        hb(b, "A")
+        group = b.broker.coordinator.runtime.shard_for("g").consumer_groups["g"]
+        now = b.broker.clock()
+        b.broker.coordinator_tick(now + 44_000)
+        assert "A" in group.members
+        b.broker.coordinator_tick(now + 46_000)
+        assert "A" not in group.members
+    finally:
+        b.close()
