@@ -8,6 +8,7 @@ may be overridden per group through IncrementalAlterConfigs with resource type G
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -93,8 +94,17 @@ class CoordinatorConfig:
             raise ValueError("group.consumer.heartbeat.interval.ms must lie within its min/max bounds")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below the session timeout")
-        if self.max_size < 1:
-            raise ValueError("group.consumer.max.size must be at least 1")
+        for key, value in (
+            ("group.consumer.max.size", self.max_size),
+            ("offsets.retention.minutes", self.offsets_retention_ms),
+            ("offsets.retention.check.interval.ms", self.offsets_retention_check_interval_ms),
+            ("offsets.topic.segment.bytes", self.offsets_topic_segment_bytes),
+            ("group.consumer.heartbeat.interval.ms", self.heartbeat_interval_ms),
+            ("group.consumer.min.heartbeat.interval.ms", self.min_heartbeat_interval_ms),
+            ("group.consumer.session.timeout.ms", self.session_timeout_ms),
+        ):
+            if value < 1:  # Kafka's atLeast(1) on each of these
+                raise ValueError(f"{key} must be at least 1")
 
     def properties(self) -> dict[str, str]:
         """The broker-level keys as DescribeConfigs reports them."""
@@ -127,10 +137,11 @@ class CoordinatorConfig:
         for key, raw in values.items():
             if key not in GROUP_CONFIG_KEYS:
                 raise GroupConfigError(f"unknown group config {key!r}")
-            try:
-                v = int(raw)
-            except ValueError:
-                raise GroupConfigError(f"{key} must be an integer, not {raw!r}") from None
+            text = str(raw).strip()
+            # Java's Integer.parseInt: optional sign and digits only (Python's int() also takes "45_000").
+            if not re.fullmatch(r"[+-]?[0-9]+", text):
+                raise GroupConfigError(f"{key} must be an integer, not {raw!r}")
+            v = int(text)
             lo, hi = (
                 (self.min_session_timeout_ms, self.max_session_timeout_ms)
                 if key == "consumer.session.timeout.ms"

@@ -14,6 +14,7 @@ The runtime is synchronous and touches no socket or clock: callers pass `now_ms`
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable, Iterable
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 Writer = Callable[[int, list[CoordinatorRecord], int], None]
 
 
+@functools.lru_cache(maxsize=65536)
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
     data = s.encode("utf-16-be")

@@ -164,8 +164,49 @@ def _subset(owned, member: ConsumerMember) -> bool:
     return True
 
 
+def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: int) -> Result | None:
+    """The common case, answered without building anything: a converged member whose
+    heartbeat changes nothing (KIP-848 partial heartbeat). None: take the general path."""
+    m = group.members.get(req.member_id)
+    if (
+        m is None
+        or req.member_epoch != m.member_epoch
+        or m.state is not MemberState.STABLE
+        or m.member_epoch != group.target_epoch
+        or group.group_epoch != group.target_epoch
+        or req.client_id != m.client_id
+        or req.client_host != m.client_host
+        or (req.instance_id is not None and req.instance_id != m.instance_id)
+        or (req.rack_id is not None and req.rack_id != m.rack_id)
+        or req.rebalance_timeout_ms not in (-1, m.rebalance_timeout_ms)
+        or (req.subscribed_topic_regex is not None and (req.subscribed_topic_regex or None) != m.subscribed_topic_regex)
+        or (req.server_assignor is not None and req.server_assignor != m.server_assignor)
+        or (req.subscribed_topic_names is not None
+            and tuple(sorted(set(req.subscribed_topic_names))) != m.subscribed_topic_names)
+    ):
+        return None
+    gid = req.group_id
+    shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid), _session_op(gid, m.member_id))
+    assignment = None
+    if req.is_full:
+        assignment = {"topic_partitions": [
+            {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(m.assigned.items()) if ps
+        ]}
+    return Result([], {"error_code": NONE, "error_message": None, "member_id": m.member_id,
+                       "member_epoch": m.member_epoch, "heartbeat_interval": shard.heartbeat_interval_ms(gid),
+                       "assignment": assignment})
+
+
+def _session_op(gid: str, mid: str):
+    return lambda s, now: expire_member(s, gid, mid, now, "session timeout")
+
+
 def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     group = shard.consumer_groups.get(req.group_id)
+    if group is not None and req.member_epoch > 0:
+        fast = _steady(shard, group, req, now_ms)
+        if fast is not None:
+            return fast
     if group is None and req.member_epoch != 0:
         raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found.")
     member, predecessor = _find_member(shard, group, req)
@@ -282,8 +323,7 @@ def _removal_records(gid: str, member_id: str) -> list[R.CoordinatorRecord]:
 
 def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
     mid = member.member_id
-    shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid),
-                         lambda s, now: expire_member(s, gid, mid, now, "session timeout"))
+    shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid), _session_op(gid, mid))
     key = ("rebalance", gid, mid)
     if member.state is MemberState.UNREVOKED_PARTITIONS:
         # KIP-848: the member has the rebalance timeout to revoke, from when it was asked.
