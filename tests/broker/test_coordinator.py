@@ -48,7 +48,7 @@ def _scenario(b: InProcess):
     hb(b, "B", instance_id="static-b")
     r = hb(b, "A", epoch=1)
     assert r.error_code == 0
-    a = [tp.partitions for tp in r.assignment.topic_partitions][0] if r.assignment else ()
+    a = next(tp.partitions for tp in r.assignment.topic_partitions) if r.assignment else ()
     hb(b, "A", epoch=1, owned=[(tid, list(a))])
     hb(b, "B", epoch=2)
     assert commit(b, "A", 2, [("t", a[0], 42)]) == [0]

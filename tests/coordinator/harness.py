@@ -14,7 +14,12 @@ from odradek.coordinator import records as R
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
 from odradek.coordinator.image import MetadataImage
-from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit, fetch_group
+from odradek.coordinator.offsets import (
+    CommitPartition,
+    CommitRequest,
+    commit,
+    fetch_group,
+)
 from odradek.coordinator.runtime import CoordinatorRuntime
 
 FOO = uuid.UUID(int=0xF00)

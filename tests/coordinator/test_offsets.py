@@ -5,10 +5,22 @@ from __future__ import annotations
 from odradek.coordinator import records as R
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.errors import (
-    GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION, NONE, OFFSET_METADATA_TOO_LARGE,
-    STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION,
+    GROUP_ID_NOT_FOUND,
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    ILLEGAL_GENERATION,
+    NONE,
+    OFFSET_METADATA_TOO_LARGE,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+    UNSUPPORTED_VERSION,
 )
-from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit, delete, fetch_group
+from odradek.coordinator.offsets import (
+    CommitPartition,
+    CommitRequest,
+    commit,
+    delete,
+    fetch_group,
+)
 from tests.coordinator.harness import FOO, Coord
 
 OK, STALE = int(NONE), int(STALE_MEMBER_EPOCH)
@@ -30,7 +42,7 @@ def _a_gives_foo2_to_b():
 
 
 def test_zombie_commit_is_rejected():
-    c, g = _a_gives_foo2_to_b()
+    c, _g = _a_gives_foo2_to_b()
     # A, a zombie still at epoch 1, commits foo-2 which B now owns.
     assert c.commit(member="A", epoch=1, offsets=[("foo", 2, 99)]) == {("foo", 2): STALE}
     assert c.fetch(topics=[("foo", [2])]) == {("foo", 2): -1}
@@ -39,7 +51,7 @@ def test_zombie_commit_is_rejected():
 
 
 def test_current_owner_with_lagging_epoch_is_accepted():
-    c, g = _a_gives_foo2_to_b()
+    c, _g = _a_gives_foo2_to_b()
     # A is at epoch 2 but its commit was built at epoch 1: foo-0 has been A's since epoch 1.
     assert c.commit(member="A", epoch=1, offsets=[("foo", 0, 7), ("foo", 1, 8)]) == {("foo", 0): OK, ("foo", 1): OK}
     assert c.fetch(topics=[("foo", [0, 1])]) == {("foo", 0): 7, ("foo", 1): 8}
@@ -57,7 +69,7 @@ def test_partition_reassigned_back_rejects_commits_from_before():
 
 
 def test_unowned_partitions_only_at_the_current_epoch():
-    c, g = _a_gives_foo2_to_b()
+    c, _g = _a_gives_foo2_to_b()
     # B commits foo-0 (not its own) at its current epoch: allowed (KIP-1251 keeps this).
     assert c.commit(member="B", epoch=2, offsets=[("foo", 0, 3)]) == {("foo", 0): OK}
     # ... but not with an older epoch.
@@ -76,7 +88,7 @@ def test_pending_revocation_partitions_keep_their_epoch():
 
 
 def test_newer_epoch_than_broker_and_unknown_member():
-    c, g = _a_gives_foo2_to_b()
+    c, _g = _a_gives_foo2_to_b()
     assert c.commit(member="A", epoch=5, offsets=[("foo", 0, 1)]) == {("foo", 0): STALE}
     assert c.commit(member="Z", epoch=1, offsets=[("foo", 0, 1)]) == {("foo", 0): int(UNKNOWN_MEMBER_ID)}
     # A membership-free commit to a non-empty consumer group names no member: unknown.
@@ -139,7 +151,7 @@ def test_metadata_too_large_is_per_partition():
 
 
 def test_fetch_all_and_member_checks():
-    c, g = _a_gives_foo2_to_b()
+    c, _g = _a_gives_foo2_to_b()
     c.commit(member="A", epoch=2, offsets=[("foo", 0, 10), ("foo", 1, 11)])
     shard = c.runtime.shard_for("g")
     out = fetch_group(shard, "g", None)

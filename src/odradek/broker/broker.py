@@ -18,7 +18,8 @@ import inspect
 import logging
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..cluster.metadata import MetadataStore, Topic, TopicCollision, TopicExists
 from ..cluster.names import InvalidTopicName, validate_topic_name

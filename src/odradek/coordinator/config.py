@@ -9,8 +9,8 @@ may be overridden per group through IncrementalAlterConfigs with resource type G
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 KNOWN_ASSIGNORS = ("uniform", "range")
 

@@ -22,8 +22,15 @@ from dataclasses import dataclass
 from . import records as R
 from .consumer.model import ConsumerGroup, ConsumerMember
 from .errors import (
-    GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION, NONE, OFFSET_METADATA_TOO_LARGE,
-    STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION, CoordinatorError,
+    GROUP_ID_NOT_FOUND,
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    ILLEGAL_GENERATION,
+    NONE,
+    OFFSET_METADATA_TOO_LARGE,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+    UNSUPPORTED_VERSION,
+    CoordinatorError,
 )
 from .shard import Result, Shard
 
@@ -100,7 +107,8 @@ def commit(shard: Shard, req: CommitRequest, now_ms: int) -> Result:
         else:
             member = _member_check(group, req)
     except CoordinatorError as exc:
-        return Result([], {"topics": answer(lambda _t, _p: exc.code)})
+        code = exc.code
+        return Result([], {"topics": answer(lambda _t, _p: code)})
 
     records = []
 

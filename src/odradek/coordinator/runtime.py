@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .config import CoordinatorConfig
 from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata

@@ -14,8 +14,9 @@ as Kafka's coordinator does; after a load, `on_loaded` re-arms them.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from . import records as R
 from .config import CoordinatorConfig

@@ -75,7 +75,7 @@ def test_basic():
 def _stable_two_members(c, epoch_target=None):
     """A=[0,1,2] B=[3,4,5] at one epoch, reached through the protocol."""
     c.hb(member="A")
-    r = c.hb(member="B")
+    c.hb(member="B")
     g = c.group()
     e = g.group_epoch
     c.hb(member="A", epoch=1)  # revoke

@@ -9,8 +9,16 @@ import pytest
 
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.errors import (
-    FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
-    INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR,
+    FENCED_INSTANCE_ID,
+    FENCED_MEMBER_EPOCH,
+    GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED,
+    INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
+    UNSUPPORTED_ASSIGNOR,
 )
 from tests.coordinator.harness import BAR, FOO, Coord, member_view, parts
 
@@ -31,15 +39,15 @@ def converge(c, gid="g", rounds=4):
 # --- request validation (KIP-848 "Request Validation") ---------------------------------------
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(group=""), "GroupId"),
-    (dict(member=""), "MemberId"),
-    (dict(member="x" * 37), "MemberId"),
-    (dict(epoch=-3), "MemberEpoch"),
-    (dict(epoch=-2), "MemberEpoch"),            # -2 is for static members only
-    (dict(instance_id=""), "InstanceId"),
-    (dict(rack_id=""), "RackId"),
-    (dict(rebalance_timeout=0), "RebalanceTimeoutMs"),
-    (dict(owned={FOO: [0]}), "TopicPartitions"),  # joining with partitions
+    ({"group": ""}, "GroupId"),
+    ({"member": ""}, "MemberId"),
+    ({"member": "x" * 37}, "MemberId"),
+    ({"epoch": -3}, "MemberEpoch"),
+    ({"epoch": -2}, "MemberEpoch"),            # -2 is for static members only
+    ({"instance_id": ""}, "InstanceId"),
+    ({"rack_id": ""}, "RackId"),
+    ({"rebalance_timeout": 0}, "RebalanceTimeoutMs"),
+    ({"owned": {FOO: [0]}}, "TopicPartitions"),  # joining with partitions
 ])
 def test_invalid_requests(kwargs, needle):
     c = Coord()

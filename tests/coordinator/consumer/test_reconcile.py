@@ -9,7 +9,7 @@ from odradek.coordinator.consumer.reconcile import reconcile
 
 T = uuid.UUID(int=1)
 U = uuid.UUID(int=2)
-FREE = lambda t, p: None  # noqa: E731
+FREE = lambda t, p: None
 
 
 def member(epoch=3, assigned=None, pending=None, state=MemberState.STABLE, prev=2):

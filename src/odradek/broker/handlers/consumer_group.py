@@ -7,8 +7,8 @@ protocol decisions are in `odradek.coordinator.consumer`.
 from __future__ import annotations
 
 from ...coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
-from ...coordinator.groups import describe_consumer_group
 from ...coordinator.errors import INVALID_REQUEST
+from ...coordinator.groups import describe_consumer_group
 from ..registry import api
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import re2
 

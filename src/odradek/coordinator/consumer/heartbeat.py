@@ -27,15 +27,35 @@ from typing import Any
 
 from .. import records as R
 from ..errors import (
-    FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
-    INVALID_REQUEST, NONE, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, CoordinatorError,
+    FENCED_INSTANCE_ID,
+    FENCED_MEMBER_EPOCH,
+    GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED,
+    INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
+    UNSUPPORTED_ASSIGNOR,
+    CoordinatorError,
 )
 from ..shard import Result, Shard
 from .assignment import (
-    InvalidRegex, compile_regex, compute_target, partition_metadata_record, preferred_assignor, subscribed_topics,
+    InvalidRegex,
+    compile_regex,
+    compute_target,
+    partition_metadata_record,
+    preferred_assignor,
+    subscribed_topics,
     target_records,
 )
-from .model import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerMember, MemberState
+from .model import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
 from .reconcile import reconcile
 
 
@@ -77,9 +97,8 @@ def validate(shard: Shard, req: HeartbeatRequest) -> None:
 
     if not req.group_id:
         bad("GroupId can't be empty.")
-    if req.version >= 1 or req.member_epoch != 0:
-        if not req.member_id:
-            bad("MemberId can't be empty.")
+    if (req.version >= 1 or req.member_epoch != 0) and not req.member_id:
+        bad("MemberId can't be empty.")
     if req.version >= 1 and len(req.member_id) > 36:
         bad("MemberId must be at most 36 characters.")
     if req.instance_id is not None and not req.instance_id:
@@ -148,10 +167,9 @@ def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:
     if received > member.member_epoch:
         raise CoordinatorError(FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({received}) "
                                f"than the one known by the group coordinator ({member.member_epoch}).")
-    if received < member.member_epoch:
-        if received != member.previous_member_epoch or not _subset(req.owned, member):
-            raise CoordinatorError(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({received}) "
-                                   f"than the one known by the group coordinator ({member.member_epoch}).")
+    if received < member.member_epoch and (received != member.previous_member_epoch or not _subset(req.owned, member)):
+        raise CoordinatorError(FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({received}) "
+                               f"than the one known by the group coordinator ({member.member_epoch}).")
 
 
 def _subset(owned, member: ConsumerMember) -> bool:

@@ -20,7 +20,7 @@ that currently holds a partition, or None when it is free.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from .model import ConsumerMember, MemberState, Partitions, TargetPartitions
 
