@@ -349,3 +349,20 @@ def test_current_assignment_round_trip_property(group, member_id, epoch, prev, s
     assert (v["member_epoch"], v["previous_member_epoch"], MemberState(v["state"])) == (epoch, prev, state)
     assert R.read_partitions(v["assigned_partitions"], epoch) == assigned
     assert R.read_partitions(v["partitions_pending_revocation"], epoch) == pending
+
+
+def test_offset_commit_fast_path_agrees_with_schema_path():
+    """`offset_commit_fields` (used at start-up replay) must read exactly what the schema path reads."""
+    from odradek.coordinator.records import offset_commit_fields
+
+    for rec in (R.offset_commit("grøup", "t", 7, 123456789012, 5, "meta ✓", 1_700_000_000_000),
+                R.offset_commit("", "x" * 300, -1, -1, -1, "", 0),
+                R.offset_tombstone("g", "t", 3)):
+        key, value = R.encode(rec)
+        fields = offset_commit_fields(key, value)
+        assert fields[:3] == rec.key
+        if rec.value is None:
+            assert fields[3] is None
+        else:
+            v = rec.value
+            assert fields[3:] == (v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"])

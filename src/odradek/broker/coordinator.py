@@ -19,7 +19,7 @@ from ..coordinator.consumer.model import TopicMeta
 from ..coordinator.image import MetadataImage
 from ..coordinator.runtime import CoordinatorRuntime
 from ..records.batch import validate_batches
-from ..records.codec import decode_batches, encode_batch
+from ..records.codec import encode_batch, key_values
 
 log = logging.getLogger(__name__)
 
@@ -82,25 +82,17 @@ class GroupCoordinator:
         started = time.perf_counter()
         now = self.broker.clock()
         for p in range(self.config.offsets_topic_partitions):
-            self.runtime.load(p, self.read_partition(p), now)
+            shard = self.runtime.load_bytes(p, self.read_partition(p), now)
+            self.records_loaded += shard.records_replayed
         self.load_time_ms = (time.perf_counter() - started) * 1000
         if self.records_loaded:
             log.info("loaded %d coordinator records in %.1f ms", self.records_loaded, self.load_time_ms)
 
     def read_partition(self, partition: int):
+        """Every stored (key, value) of a `__consumer_offsets` partition, oldest first."""
         plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
         for seg in list(plog.segments):
-            data = seg.pread(0, seg.size)
-            for batch in decode_batches(data):
-                if batch.is_control:
-                    continue
-                for rec in batch.records:
-                    if rec.key is None:
-                        continue
-                    decoded = R.decode(rec.key, rec.value)
-                    if decoded is not None:
-                        self.records_loaded += 1
-                        yield decoded
+            yield from key_values(seg.pread(0, seg.size))
 
     def tick(self, now_ms: int | None = None) -> int:
         return self.runtime.tick(self.broker.clock() if now_ms is None else now_ms)

@@ -80,7 +80,19 @@ class CoordinatorRuntime:
         shard = self.new_shard(partition)
         for record in records:
             shard.replay(record)
-        self.shards[partition] = shard
+        return self._take_over(shard, now_ms)
+
+    def load_bytes(self, partition: int, pairs: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> Shard:
+        """`load` from the stored (key, value) bytes, as the broker reads them from the log."""
+        shard = self.new_shard(partition)
+        replay = shard.replay_bytes
+        for key, value in pairs:
+            if key is not None:
+                replay(key, value)
+        return self._take_over(shard, now_ms)
+
+    def _take_over(self, shard: Shard, now_ms: int) -> Shard:
+        self.shards[shard.partition] = shard
         self._on_loaded(shard, now_ms)
         return shard
 

@@ -46,16 +46,16 @@ import cramjam
 import crc32c
 
 from odradek.records.batch import (
-    CRC_STRUCT,
-    HEADER_STRUCT,
-    PREFIX_STRUCT,
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_OFFSET,
+    CRC_STRUCT,
     HEADER_SIZE,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    PREFIX_STRUCT,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
@@ -64,9 +64,21 @@ from odradek.records.batch import (
 )
 
 __all__ = [
-    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CREATE_TIME", "LOG_APPEND_TIME",
-    "CodecError", "Header", "Record", "DecodedBatch", "decode_batches", "encode_batch",
-    "compress", "decompress",
+    "CREATE_TIME",
+    "GZIP",
+    "LOG_APPEND_TIME",
+    "LZ4",
+    "NONE",
+    "SNAPPY",
+    "ZSTD",
+    "CodecError",
+    "DecodedBatch",
+    "Header",
+    "Record",
+    "compress",
+    "decode_batches",
+    "decompress",
+    "encode_batch",
 ]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -303,6 +315,69 @@ def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Fa
         batches.append(DecodedBatch(header, records))
         pos = end
     return batches
+
+
+def key_values(buf: bytes | bytearray | memoryview) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record in every complete data batch of `buf`, nothing else.
+
+    What a loader of a compacted topic needs (the group coordinator replaying
+    `__consumer_offsets`): it skips control batches, timestamps, offsets and headers, so
+    it is several times cheaper per record than `decode_batches`.
+    """
+    data = buf if type(buf) is bytes else bytes(buf)
+    n = len(data)
+    pos = 0
+    out: list[tuple[bytes | None, bytes | None]] = []
+    append = out.append
+    zz = _ZIGZAG1
+    while n - pos >= LOG_OVERHEAD:
+        batch_length = PREFIX_STRUCT.unpack_from(data, pos)[1]
+        end = pos + LOG_OVERHEAD + batch_length
+        if end > n:
+            break
+        if batch_length < HEADER_SIZE - LOG_OVERHEAD or data[pos + MAGIC_OFFSET] != 2:
+            raise CodecError(f"batch at byte {pos} is not a RecordBatch v2")
+        header = read_header(data, pos)
+        if header.attributes & CONTROL_MASK:
+            pos = end
+            continue
+        codec = header.attributes & COMPRESSION_MASK
+        payload = data[pos + HEADER_SIZE : end] if codec == NONE else decompress(codec, memoryview(data)[pos + HEADER_SIZE : end])
+        p = 0
+        try:
+            for _ in range(header.records_count):
+                length, p = _read_varint(payload, p)
+                stop = p + length
+                p += 1  # attributes
+                while payload[p] & 0x80:  # timestamp delta
+                    p += 1
+                p += 1
+                while payload[p] & 0x80:  # offset delta
+                    p += 1
+                p += 1
+                b = payload[p]
+                if b < 0x80:
+                    size = zz[b]
+                    p += 1
+                else:
+                    size, p = _read_varint(payload, p)
+                key = None if size < 0 else payload[p : p + size]
+                p += max(size, 0)
+                b = payload[p]
+                if b < 0x80:
+                    size = zz[b]
+                    p += 1
+                else:
+                    size, p = _read_varint(payload, p)
+                value = None if size < 0 else payload[p : p + size]
+                append((key, value))
+                p = stop
+        except IndexError as exc:
+            raise CodecError(f"records of batch at byte {pos} overrun: {exc}") from exc
+        if p != len(payload):
+            raise CodecError(f"records of batch at byte {pos} end at byte {p} of {len(payload)}")
+        pos = end
+    return out
 
 
 def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: int,
