@@ -48,7 +48,7 @@ def _bodies(topic_id, v):
         15: {"groups": ["vg"], "include_authorized_operations": False},
         16: {"states_filter": [], "types_filter": []},
         42: {"groups_names": ["vg"]},
-        44: {"resources": [{"resource_type": 16, "resource_name": "vg", "configs": [
+        44: {"resources": [{"resource_type": 32, "resource_name": "vg", "configs": [
             {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False},
         47: {"group_id": "vg", "topics": [{"name": "vt", "partitions": [{"partition_index": 0}]}]},
         68: {"group_id": "vg", "member_id": "" if v == 0 else f"member-{v}", "member_epoch": 0, "instance_id": None,

@@ -1,4 +1,4 @@
-"""DescribeConfigs v1-v4 for topics (2), this broker (4) and groups (16, KIP-848);
+"""DescribeConfigs v1-v4 for topics (2), this broker (4) and groups (32, KIP-848);
 IncrementalAlterConfigs v0-v1 for groups.
 
 Group configs (KIP-848 "Dynamic Group Configuration") are `consumer.session.timeout.ms`
@@ -16,7 +16,7 @@ from ..registry import api
 
 TOPIC = 2
 BROKER = 4
-GROUP = 16
+GROUP = 32  # Kafka's ConfigResource.Type.GROUP (the KIP-848 draft said 16, which shipped as CLIENT_METRICS)
 
 # ConfigSource enum (DescribeConfigsResponse)
 DYNAMIC_TOPIC_CONFIG = 1
@@ -104,8 +104,10 @@ def _group_configs(broker, group_id, include_synonyms, include_docs) -> list[dic
         synonyms = []
         if key in stored:
             synonyms.append({"name": key, "value": stored[key], "source": DYNAMIC_GROUP_CONFIG})
-        synonyms.append({"name": broker_key, "value": str(defaults[key]), "source": DEFAULT_CONFIG})
-        value, source = (stored[key], DYNAMIC_GROUP_CONFIG) if key in stored else (str(defaults[key]), DEFAULT_CONFIG)
+        # A default the broker's configuration sets explicitly is a static broker config, as in Kafka.
+        default_source = STATIC_BROKER_CONFIG if broker_key in broker.config.extra else DEFAULT_CONFIG
+        synonyms.append({"name": broker_key, "value": str(defaults[key]), "source": default_source})
+        value, source = (stored[key], DYNAMIC_GROUP_CONFIG) if key in stored else (str(defaults[key]), default_source)
         out.append(_entry(key, value, source, synonyms, include_synonyms, _GROUP_DOCS[key] if include_docs else None,
                           False))
     return out
@@ -180,7 +182,7 @@ def incremental_alter_configs(broker, request):
         if r.resource_type == GROUP:
             code, message = _alter_group(broker, r.resource_name, r.configs, bool(b.validate_only))
         else:
-            code, message = INVALID_REQUEST, f"odradek alters only GROUP (16) configs, not resource type {r.resource_type}"
+            code, message = INVALID_REQUEST, f"odradek alters only GROUP (32) configs, not resource type {r.resource_type}"
         responses.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,
                           "resource_name": r.resource_name})
     return {"throttle_time": 0, "responses": responses}
