@@ -27,7 +27,7 @@ import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import (  # noqa: E402
+from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
@@ -37,7 +37,7 @@ from confluent_kafka import (  # noqa: E402
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import (  # noqa: E402
+from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
