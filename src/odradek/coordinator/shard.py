@@ -113,7 +113,7 @@ class Shard:
                     rebalance_timeout_ms=v["rebalance_timeout_ms"],
                 ))
         elif t == R.TARGET_METADATA:
-            group.target_epoch = 0 if v is None else v["assignment_epoch"]
+            group.set_target_epoch(0 if v is None else v["assignment_epoch"])
         elif t == R.TARGET_MEMBER:
             member_id = record.key[1]
             if v is None:

@@ -101,9 +101,45 @@ def parse_request(data: bytes, supported: dict[int, tuple[int, int]]) -> Request
         body, size = _reader(cls)(data, offset)
     except Exception as exc:  # kio raises ValueError/UnicodeError/...: all the client's fault
         raise RequestParseError(f"cannot parse {cls.__name__}: {exc}") from exc
+    missing = _null_required(body)
+    if missing:
+        raise RequestParseError(f"{cls.__name__}: non-nullable field {missing} is null")
     # Trailing bytes are tolerated, as Kafka's own request parser does: librdkafka 2.16
     # sends Metadata v13 with 3 bytes past the end of the v13 schema (seen on the wire).
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(data))
+
+
+@functools.cache
+def _required_plan(cls) -> tuple[tuple[str, bool, Any], ...]:
+    """Fields of `cls` that must not be null: (name, is_array, nested entity class or None)."""
+    hints = typing.get_type_hints(cls)
+    plan = []
+    for f in fields(cls):
+        tp = hints[f.name]
+        origin = typing.get_origin(tp)
+        if origin is typing.Union or origin is types.UnionType:
+            continue  # nullable: None is legal
+        if origin is tuple:
+            (elem, *_rest) = typing.get_args(tp)
+            plan.append((f.name, True, elem if is_dataclass(elem) else None))
+        elif is_dataclass(tp):
+            plan.append((f.name, False, tp))
+    return tuple(plan)
+
+
+def _null_required(entity) -> str | None:
+    """The first non-nullable array or struct that is null (kio reads length -1 as None
+    even where the schema forbids it), or None when the request is well-formed."""
+    for name, is_array, nested in _required_plan(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            return name
+        if nested is not None:
+            for item in (value if is_array else (value,)):
+                bad = _null_required(item)
+                if bad:
+                    return f"{name}.{bad}"
+    return None
 
 
 def encode_response(request: Request, payload: Any) -> bytes:

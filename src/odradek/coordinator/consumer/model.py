@@ -108,7 +108,8 @@ class ConsumerGroup:
         self.members: dict[str, ConsumerMember] = {}
         # KIP-848 "Partitions Metadata": the subscribed topics as of the last epoch bump
         self.subscribed_topics: dict[str, TopicMeta] = {}
-        self.target_epoch = 0
+        self._target_epoch = 0
+        self._unconverged = 0  # members not at the target epoch or not STABLE (kept incrementally)
         self.target: dict[str, TargetPartitions] = {}
         self.owners: dict[tuple[uuid.UUID, int], str] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
@@ -117,17 +118,22 @@ class ConsumerGroup:
 
     # --- derived ------------------------------------------------------------------------
 
+    @property
+    def target_epoch(self) -> int:
+        return self._target_epoch
+
+    def _converged(self, m: ConsumerMember) -> bool:
+        return m.member_epoch == self._target_epoch and m.state is MemberState.STABLE
+
     def compute_state(self) -> GroupState:
+        # O(1): replay calls this after every record, and groups have thousands of members.
         if self.dead:
             return GroupState.DEAD
         if not self.members:
             return GroupState.EMPTY
-        if self.group_epoch > self.target_epoch:
+        if self.group_epoch > self._target_epoch:
             return GroupState.ASSIGNING
-        for m in self.members.values():
-            if m.member_epoch != self.target_epoch or m.state is not MemberState.STABLE:
-                return GroupState.RECONCILING
-        return GroupState.STABLE
+        return GroupState.RECONCILING if self._unconverged else GroupState.STABLE
 
     @property
     def state(self) -> GroupState:
@@ -149,13 +155,19 @@ class ConsumerGroup:
 
     # --- replay: the only mutators --------------------------------------------------------
 
+    def set_target_epoch(self, epoch: int) -> None:
+        self._target_epoch = epoch
+        self._unconverged = sum(1 for m in self.members.values() if not self._converged(m))
+
     def put_member(self, member: ConsumerMember) -> None:
         old = self.members.get(member.member_id)
         if old is not None:
+            self._unconverged -= not self._converged(old)
             self._unown(old)
             if old.instance_id and self.static_members.get(old.instance_id) == old.member_id:
                 del self.static_members[old.instance_id]
         self.members[member.member_id] = member
+        self._unconverged += not self._converged(member)
         if member.instance_id:
             self.static_members[member.instance_id] = member.member_id
         for tp in member.owned_pairs():
@@ -165,6 +177,7 @@ class ConsumerGroup:
         old = self.members.pop(member_id, None)
         if old is None:
             return
+        self._unconverged -= not self._converged(old)
         self._unown(old)
         if old.instance_id and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]
