@@ -7,7 +7,12 @@ import uuid
 
 import pytest
 
-from odradek.coordinator.consumer.model import ConsumerGroup, ConsumerMember, GroupState, MemberState
+from odradek.coordinator.consumer.model import (
+    ConsumerGroup,
+    ConsumerMember,
+    GroupState,
+    MemberState,
+)
 
 T = uuid.UUID(int=1)
 
