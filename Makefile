@@ -44,6 +44,9 @@ test-all: $(STAMP_DEV) kcat
 
 bench: $(STAMP_BENCH)
 	$(PY) bench/throughput.py
+	$(PY) bench/assignors.py
+	$(PY) bench/coordinator.py
+	$(PY) bench/rebalance.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
