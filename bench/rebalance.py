@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import platform
 import queue
 import re
 import select
@@ -54,7 +53,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Any
+
+from bench_common import machine_line, table
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = "127.0.0.1"
@@ -69,44 +72,10 @@ JOIN_TOPIC = "bench-join"
 # --------------------------------------------------------------------------
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "  " + "  ".join(
-        c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    print(line(header))
-    for r in rows:
-        print(line(r))
 
 
-def machine_line() -> str:
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    import confluent_kafka
-
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"nproc={n}  cpu={model}  python={platform.python_version()}  confluent-kafka="
-            f"{confluent_kafka.version()[0]}  librdkafka={confluent_kafka.libversion()[0]}  loadavg at start {load}  "
-            f"odradek {git_revision()}")
 
 
-def git_revision() -> str:
-    """The commit the broker code was measured at, '+dirty' when src/ has uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], check=False, capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-        return (head or "?") + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "?"
 
 
 def median_of(xs: list[float | None]) -> float | None:
@@ -541,7 +510,9 @@ def broker_opts(interval_ms: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print("== machine ==")
-    print("  " + machine_line())
+    import confluent_kafka
+
+    print("  " + machine_line(f"confluent-kafka={confluent_kafka.version()[0]}  librdkafka={confluent_kafka.libversion()[0]}"))
     extra = " ".join(f"{k}={v}" for k, v in args.consumer_extra.items())
     print(f"  consumers: librdkafka defaults + group.protocol=consumer auto.offset.reset=earliest log_level=4 "
           f"{extra}".rstrip() + "; poll(0.05) loop")

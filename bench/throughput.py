@@ -48,9 +48,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 MB = 1_000_000  # MB/s below means 10^6 bytes of record *value* per second
@@ -141,12 +142,11 @@ class RssSampler:
                 last_scan = now
             rss = tree_rss_kb(pids)
             self.samples += 1
-            if rss > self.peak_kb:
-                self.peak_kb = rss
+            self.peak_kb = max(self.peak_kb, rss)
             if self._stop.wait(self.interval):
                 break
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._cpu0 = tree_cpu_s(_process_tree(self.root))
         self._thread.start()
         return self
@@ -1038,7 +1038,7 @@ def ratio_block(summaries: dict[str, dict[str, Any]]) -> dict[str, float | None]
     o, t = summaries.get("odradek"), summaries.get("tansu")
     if not (o and t):
         return None
-    f = lambda a, b: (a / b) if a and b else None  # noqa: E731
+    f = lambda a, b: (a / b) if a and b else None
 
     def ph(name: str) -> float | None:  # only when every repeat of both succeeded
         if o[name]["status"] != "ok" or t[name]["status"] != "ok":
@@ -1095,7 +1095,7 @@ def print_table(size: int, runs_by_target: dict[str, list[RunResult]], args: arg
                 print("  " + (line if len(line) < 700 else line[:700] + " ...(full text in --json)"))
     rb = ratio_block(sums)
     if rb is not None:
-        f = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
+        f = lambda v: "n/a" if v is None else f"{v:.2f}x"
         print(f"  odradek/tansu: produce {f(rb['produce'])}, consume {f(rb['consume'])} "
               f"(rec/s; the MB/s ratio is the same), RSS rest {f(rb['rss_rest'])}, RSS peak {f(rb['rss_peak'])}")
     return {"summaries": sums, "ratios_odradek_over_tansu": rb}
