@@ -125,3 +125,15 @@ def test_coordinator_tick_expires_sessions(tmp_path):
         assert "A" not in group.members
     finally:
         b.close()
+
+
+def test_commits_for_unknown_topics_or_partitions_are_refused(tmp_path):
+    b = InProcess(tmp_path / "d")
+    try:
+        b.broker.create_topic("t", 2, {})
+        # As Kafka: UNKNOWN_TOPIC_OR_PARTITION (3) for a missing topic or partition; the rest commit.
+        assert commit(b, "", -1, [("t", 1, 5), ("t", 2, 5), ("nope", 0, 5)], group="s") == [0, 3, 3]
+        shard = b.broker.coordinator.runtime.shard_for("s")
+        assert set(shard.offsets["s"]) == {("t", 1)}
+    finally:
+        b.close()

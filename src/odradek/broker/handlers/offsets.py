@@ -8,7 +8,7 @@ topic name in `__consumer_offsets`, as in Kafka. The fencing rules are in
 from __future__ import annotations
 
 from ...coordinator import offsets as O
-from ..errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
+from ..errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
 from ..registry import api
 
 
@@ -17,21 +17,23 @@ def offset_commit(broker, request):
     b = request.body
     v = request.api_version
     topics = []
-    unknown = []
+    unknown = []  # (response topic fields, partition indexes, error code)
     for t in b.topics:
-        if v >= 10:
-            topic = broker.metadata.get_by_id(t.topic_id)
-            if topic is None:
-                unknown.append(t)
-                continue
-            name, tid = topic.name, t.topic_id
-        else:
-            topic = broker.metadata.get(t.name)
-            name, tid = t.name, (topic.topic_id if topic else None)
+        topic = broker.metadata.get_by_id(t.topic_id) if v >= 10 else broker.metadata.get(t.name)
+        if topic is None:
+            ident = {"topic_id": t.topic_id, "name": ""} if v >= 10 else {"name": t.name, "topic_id": None}
+            unknown.append((ident, [p.partition_index for p in t.partitions],
+                            UNKNOWN_TOPIC_ID if v >= 10 else UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        # As Kafka: offsets only for partitions that exist.
+        bad = [p.partition_index for p in t.partitions if not 0 <= p.partition_index < topic.partitions]
+        if bad:
+            unknown.append(({"name": topic.name, "topic_id": topic.topic_id}, bad, UNKNOWN_TOPIC_OR_PARTITION))
         parts = tuple(O.CommitPartition(p.partition_index, p.committed_offset,
                                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-                      for p in t.partitions)
-        topics.append((name, tid, parts))
+                      for p in t.partitions if 0 <= p.partition_index < topic.partitions)
+        if parts:
+            topics.append((topic.name, topic.topic_id, parts))
     req = O.CommitRequest(b.group_id, b.member_id or "", b.generation_id_or_member_epoch,
                           request.field("group_instance_id"), tuple(topics), v)
     if not b.group_id:
@@ -40,9 +42,8 @@ def offset_commit(broker, request):
     else:
         out = broker.coordinator.runtime.run(b.group_id, lambda shard, now: O.commit(shard, req, now),
                                              broker.clock())["topics"]
-    for t in unknown:
-        out.append({"topic_id": t.topic_id, "name": "", "partitions": [
-            {"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_ID} for p in t.partitions]})
+    for ident, indexes, code in unknown:
+        out.append({**ident, "partitions": [{"partition_index": i, "error_code": code} for i in indexes]})
     return {"throttle_time": 0, "topics": out}
 
 
