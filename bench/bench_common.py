@@ -1,13 +1,90 @@
-"""Helpers shared by the benchmark scripts: table printing and the machine/commit line."""
+"""Helpers shared by the benchmark scripts: a broker subprocess, table printing and the
+machine/commit line."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import select
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LOOPBACK = "127.0.0.1"
+
+
+class BrokerProcess:
+    """`python -m odradek broker` on an ephemeral loopback port (as tests/conftest.py starts it).
+
+    `cli_args` go before the `broker` subcommand (e.g. `--log-level WARNING`), `extra` after it."""
+
+    def __init__(self, data_dir: Path, extra: list[str], log_path: Path, cli_args: tuple[str, ...] = ()) -> None:
+        self.data_dir, self.extra, self.log_path, self.cli_args = data_dir, extra, log_path, cli_args
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "odradek", *self.cli_args, "broker", "--data-dir", str(self.data_dir),
+             "--listen", f"{LOOPBACK}:0", *self.extra],
+            stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        )
+        deadline = time.monotonic() + timeout
+        buf = b""
+        fd = self.proc.stdout.fileno()
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+                m = re.search(rb"listening on [\d.]+:(\d+)", buf)
+                if m:
+                    self.port = int(m.group(1))
+                    return self
+            if self.proc.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError(f"broker did not start; log tail: {self.log_tail()}")
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return "<no log>"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc.stdout.close()
+        self._log.close()
+        return self.proc.returncode
 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> None:

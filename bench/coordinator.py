@@ -58,14 +58,11 @@ import multiprocessing as mp
 import os
 import pstats
 import queue
-import re
-import select
 import shutil
 import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,7 +73,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Any
 
-from bench_common import machine_line, table
+from bench_common import LOOPBACK, BrokerProcess, machine_line, table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -106,7 +103,6 @@ from odradek.protocol.messages import (
     response_class,
 )
 
-LOOPBACK = "127.0.0.1"
 GROUP = "bench-group"
 TOPIC = "bench-topic"
 CLIENT_ID = "bench"          # header client id of every frame (= the members' client_id, so nothing changes)
@@ -462,61 +458,6 @@ def section_inproc(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------
 
 
-class BrokerProcess:
-    """`python -m odradek broker` on an ephemeral loopback port (as tests/conftest.py starts it)."""
-
-    def __init__(self, data_dir: Path, extra: list[str], log_path: Path) -> None:
-        self.data_dir, self.extra, self.log_path = data_dir, extra, log_path
-        self.proc: subprocess.Popen | None = None
-        self.port: int | None = None
-
-    def start(self, timeout: float = 60.0) -> BrokerProcess:
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "odradek", "--log-level", "WARNING", "broker", "--data-dir", str(self.data_dir),
-             "--listen", f"{LOOPBACK}:0", *self.extra],
-            stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        )
-        deadline = time.monotonic() + timeout
-        buf = b""
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], 0.2)
-            if r:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-                m = re.search(rb"listening on [\d.]+:(\d+)", buf)
-                if m:
-                    self.port = int(m.group(1))
-                    return self
-            if self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError(f"broker did not start; log tail: {self.log_path.read_text()[-2000:]}")
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self.proc.stdout.close()
-        self._log.close()
-        return self.proc.returncode
-
-
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
@@ -598,7 +539,7 @@ def section_loopback(args: argparse.Namespace) -> None:
     procs: list[mp.Process] = []
     try:
         seed_data_dir(work / "data", n, parts)
-        broker = BrokerProcess(work / "data", [], work / "broker.log").start()
+        broker = BrokerProcess(work / "data", [], work / "broker.log", ("--log-level", "WARNING")).start()
         mids = member_ids(n)
         shares = [mids[k::clients] for k in range(clients)]
         ctx = mp.get_context("spawn")

@@ -40,14 +40,10 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import queue
-import re
-import select
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,10 +53,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Any
 
-from bench_common import machine_line, table
+from bench_common import BrokerProcess, machine_line, table
 
 ROOT = Path(__file__).resolve().parents[1]
-LOOPBACK = "127.0.0.1"
 TOPIC = "bench-growth"
 JOIN_TOPIC = "bench-join"
 
@@ -85,70 +80,6 @@ def median_of(xs: list[float | None]) -> float | None:
 
 def fmt_s(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
-
-
-class BrokerProcess:
-    """`python -m odradek broker` on an ephemeral loopback port (as tests/conftest.py starts it)."""
-
-    def __init__(self, workdir: Path, extra: list[str]) -> None:
-        self.workdir, self.extra = workdir, extra
-        self.log_path = workdir / "broker.log"
-        self.proc: subprocess.Popen | None = None
-        self.port: int | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "odradek", "broker", "--data-dir", str(self.workdir / "data"),
-             "--listen", f"{LOOPBACK}:0", *self.extra],
-            stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        )
-        deadline = time.monotonic() + timeout
-        buf = b""
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], 0.2)
-            if r:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-                m = re.search(rb"listening on [\d.]+:(\d+)", buf)
-                if m:
-                    self.port = int(m.group(1))
-                    return self
-            if self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError(f"broker did not start; log tail: {self.log_tail()}")
-
-    def log_tail(self, n: int = 1500) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return "<no log>"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self.proc.stdout.close()
-        self._log.close()
-        return self.proc.returncode
 
 
 def consumer_conf(bootstrap: str, group: str, extra: dict[str, str]) -> dict[str, Any]:
@@ -530,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not (do_growth or do_join):
                     continue
                 work = Path(tempfile.mkdtemp(prefix=f"bench-rebalance-{interval}-", dir=args.work_dir))
-                broker = BrokerProcess(work, broker_opts(interval)).start()
+                broker = BrokerProcess(work / "data", broker_opts(interval), work / "broker.log").start()
                 try:
                     if do_growth:
                         print(f"\n-- heartbeat interval {interval} ms: growth run {rep + 1}/{reps}: {args.consumers} "
