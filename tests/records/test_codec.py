@@ -807,3 +807,21 @@ def test_librdkafka_consumes_our_batches(mock_broker, compression):
     expected += [(second + r.offset, (ck.TIMESTAMP_LOG_APPEND_TIME, NOW + 4), r.key, r.value, [])
                  for r in log_append]
     assert got == expected
+
+
+def test_key_values_reads_what_decode_batches_reads():
+    """key_values (the coordinator's loader) sees the same keys and values as the full
+    decoder, across codecs, null keys/values and headers, and skips control batches."""
+    buf = b""
+    base = 0
+    for i, comp in enumerate([NONE, GZIP, SNAPPY, ZSTD]):
+        recs = [Record(base + j, 1_700_000_000_000 + j, None if j == 1 else f"k{i}{j}".encode() * (j * 40),
+                       None if j == 2 else b"v" * (j * 100), (codec.Header("h", b"x"),) if j == 3 else ())
+                for j in range(5)]
+        buf += codec.encode_batch(recs, base_offset=base, compression=comp)
+        base += 5
+    buf += codec.encode_batch([Record(base, 0, b"\x00\x00\x00\x00", b"\x00" * 6)], base_offset=base, is_control=True)
+    expected = [(r.key, r.value) for b in codec.decode_batches(buf) if not b.is_control for r in b.records]
+    assert len(expected) == 20
+    assert codec.key_values(buf) == expected
+    assert codec.key_values(buf[:-3]) == expected  # a trailing partial batch is skipped

@@ -277,21 +277,20 @@ def _zigzag(v: int) -> bytes:
 # ---------------------------------------------------------------------------- decode
 
 
-def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = False) -> list[DecodedBatch]:
-    """Decode every complete batch in `buf`; a trailing partial batch is ignored.
+def _batches(buf: bytes | bytearray | memoryview, verify_crc: bool = False):
+    """(byte position, header, decompressed records payload) of every complete batch.
 
     Fetch responses are cut at max_bytes, so the last batch may be incomplete; that
-    is not an error. Anything else malformed raises CodecError.
+    is not an error and it is skipped. Anything else malformed raises CodecError.
     """
     data = buf if type(buf) is bytes else bytes(buf)  # slices of bytes are bytes
     n = len(data)
     pos = 0
-    batches = []
     while n - pos >= LOG_OVERHEAD:
         batch_length = PREFIX_STRUCT.unpack_from(data, pos)[1]  # (baseOffset, batchLength)
         end = pos + LOG_OVERHEAD + batch_length
         if end > n:
-            break  # trailing partial batch
+            return  # trailing partial batch
         if batch_length < HEADER_SIZE - LOG_OVERHEAD:
             raise CodecError(f"batch at byte {pos} declares impossible length {batch_length}")
         if data[pos + MAGIC_OFFSET] != 2:
@@ -306,6 +305,14 @@ def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Fa
             payload = data[pos + HEADER_SIZE : end]
         else:
             payload = decompress(codec, memoryview(data)[pos + HEADER_SIZE : end])
+        yield pos, header, payload
+        pos = end
+
+
+def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = False) -> list[DecodedBatch]:
+    """Decode every complete batch in `buf`; a trailing partial batch is ignored."""
+    batches = []
+    for pos, header, payload in _batches(buf, verify_crc):
         log_append = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
         try:
             records = _decode_records(payload, header.records_count, header.base_offset,
@@ -313,7 +320,6 @@ def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Fa
         except (IndexError, UnicodeDecodeError) as exc:
             raise CodecError(f"records of batch at byte {pos} overrun or are malformed: {exc}") from exc
         batches.append(DecodedBatch(header, records))
-        pos = end
     return batches
 
 
@@ -324,25 +330,12 @@ def key_values(buf: bytes | bytearray | memoryview) -> list[tuple[bytes | None, 
     `__consumer_offsets`): it skips control batches, timestamps, offsets and headers, so
     it is several times cheaper per record than `decode_batches`.
     """
-    data = buf if type(buf) is bytes else bytes(buf)
-    n = len(data)
-    pos = 0
     out: list[tuple[bytes | None, bytes | None]] = []
     append = out.append
     zz = _ZIGZAG1
-    while n - pos >= LOG_OVERHEAD:
-        batch_length = PREFIX_STRUCT.unpack_from(data, pos)[1]
-        end = pos + LOG_OVERHEAD + batch_length
-        if end > n:
-            break
-        if batch_length < HEADER_SIZE - LOG_OVERHEAD or data[pos + MAGIC_OFFSET] != 2:
-            raise CodecError(f"batch at byte {pos} is not a RecordBatch v2")
-        header = read_header(data, pos)
+    for pos, header, payload in _batches(buf):
         if header.attributes & CONTROL_MASK:
-            pos = end
             continue
-        codec = header.attributes & COMPRESSION_MASK
-        payload = data[pos + HEADER_SIZE : end] if codec == NONE else decompress(codec, memoryview(data)[pos + HEADER_SIZE : end])
         p = 0
         try:
             for _ in range(header.records_count):
@@ -376,7 +369,6 @@ def key_values(buf: bytes | bytearray | memoryview) -> list[tuple[bytes | None, 
             raise CodecError(f"records of batch at byte {pos} overrun: {exc}") from exc
         if p != len(payload):
             raise CodecError(f"records of batch at byte {pos} end at byte {p} of {len(payload)}")
-        pos = end
     return out
 
 
