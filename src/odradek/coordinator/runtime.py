@@ -22,7 +22,7 @@ from .config import CoordinatorConfig
 from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
 from .image import MetadataImage
 from .offsets import expire_offsets
-from .records import CoordinatorRecord
+from .records import CoordinatorRecord, decode
 from .shard import Result, Shard, _random_member_id
 from .timer import Timer
 
@@ -85,7 +85,6 @@ class CoordinatorRuntime:
     def load_bytes(self, partition: int, pairs: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> Shard:
         """`load` from the stored (key, value) bytes, as the broker reads them from the log."""
         shard = self.new_shard(partition)
-        replay = shard.replay_bytes
         # Offset commits are independent of every other record and only the newest value
         # per key matters (exactly what compaction keeps), so an uncompacted log's many
         # rewrites of the same offset are collapsed by key before any of them is decoded.
@@ -94,13 +93,15 @@ class CoordinatorRuntime:
         for key, value in pairs:
             if key is None:
                 continue
-            if key[0] == 0 and key[1] < 2:
+            if key[0] == 0 and key[1] < 2:  # OffsetCommitKey v0/v1 (records.is_offset_commit, inlined)
                 newest[key] = value
                 rewritten += 1
             else:
-                replay(key, value)
+                record = decode(key, value)
+                if record is not None:
+                    shard.replay(record)
         for key, value in newest.items():
-            replay(key, value)
+            shard.replay_offset_bytes(key, value)
         shard.records_replayed += rewritten - len(newest)
         return self._take_over(shard, now_ms)
 

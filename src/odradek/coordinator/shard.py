@@ -138,42 +138,30 @@ class Shard:
                 ))
         group.refresh_state()
 
-    def replay_bytes(self, key: bytes, value: bytes | None) -> None:
-        """Replay one record as stored: the start-up path. Offset commits skip the record
-        objects (they are most of a partition); everything else goes through `replay`."""
-        if key[0] == 0 and key[1] < 2:  # OffsetCommitKey v0/v1 (R.is_offset_commit, inlined)
-            self.records_replayed += 1
-            f = R.offset_commit_fields(key, value)
-            group_id = f[0]
-            if f[3] is None:
-                offsets = self.offsets.get(group_id)
-                if offsets is not None:
-                    offsets.pop((f[1], f[2]), None)
-                    if not offsets:
-                        del self.offsets[group_id]
-                return
-            offsets = self.offsets.get(group_id)
-            if offsets is None:
-                offsets = self.offsets[group_id] = {}
-            offsets[(f[1], f[2])] = OffsetEntry(f[3], f[4], f[5], f[6])
-            return
-        record = R.decode(key, value)
-        if record is not None:
-            self.replay(record)
+    def replay_offset_bytes(self, key: bytes, value: bytes | None) -> None:
+        """Replay a stored OffsetCommit record without building record objects: offset
+        commits are most of a partition, so start-up replay takes this path for them."""
+        self.records_replayed += 1
+        f = R.offset_commit_fields(key, value)
+        self._put_offset(f[0], f[1], f[2], None if f[3] is None else OffsetEntry(f[3], f[4], f[5], f[6]))
 
     def _replay_offset(self, record: R.CoordinatorRecord) -> None:
         group_id, topic, partition = record.key
         v = record.value
-        if v is None:
-            offsets = self.offsets.get(group_id)
+        self._put_offset(group_id, topic, partition, None if v is None else OffsetEntry(
+            v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"]))
+
+    def _put_offset(self, group_id: str, topic: str, partition: int, entry: OffsetEntry | None) -> None:
+        offsets = self.offsets.get(group_id)
+        if entry is None:  # tombstone
             if offsets is not None:
                 offsets.pop((topic, partition), None)
                 if not offsets:
                     del self.offsets[group_id]
             return
-        self.offsets.setdefault(group_id, {})[(topic, partition)] = OffsetEntry(
-            v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"]
-        )
+        if offsets is None:
+            offsets = self.offsets[group_id] = {}
+        offsets[(topic, partition)] = entry
 
     def snapshot(self) -> dict:
         return {
