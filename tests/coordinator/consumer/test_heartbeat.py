@@ -329,3 +329,24 @@ def test_partition_growth_and_recreated_topic_bump_epoch():
     assert parts(r, FOO) == []  # the old incarnation is revoked first
     r = c.hb(member="A", epoch=m.member_epoch, owned={})
     assert parts(r, new_id) == [0, 1, 2]
+
+
+def test_static_member_leaving_mid_revocation_keeps_its_session_across_a_restart():
+    """A static member that leaves (-2) while asked to revoke is waited for a session
+    timeout, not a rebalance timeout, before and after a coordinator restart."""
+    for restart in (False, True):
+        c = Coord(topics=[("foo", FOO, 2)])
+        c.hb(member="A1", instance_id="a", rebalance_timeout=5_000)
+        c.hb(member="B")
+        c.hb(member="A1", epoch=1, instance_id="a")  # told to revoke
+        assert c.group().members["A1"].state.name == "UNREVOKED_PARTITIONS"
+        c.hb(member="A1", epoch=-2, instance_id="a")
+        if restart:
+            c.restart()
+        for _ in range(8):  # 40 s: past the rebalance timeout, within the 45 s session
+            c.advance(5_000)
+            m = c.group().members["B"]
+            c.hb(member="B", epoch=m.member_epoch)
+        assert "A1" in c.group().members, restart
+        c.advance(6_000)
+        assert "A1" not in c.group().members, restart

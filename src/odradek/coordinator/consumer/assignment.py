@@ -80,10 +80,11 @@ def compute_target(
     members: Mapping[str, ConsumerMember],
     topics: Mapping[str, TopicMeta],
     image: MetadataImage,
-    assignor: str,
+    default_assignor: str,
     inherited: Mapping[str, str] | None = None,
 ) -> dict[str, TargetPartitions]:
-    """Run the assignor over `members` (the group as it will be after this request).
+    """Run the members' preferred assignor over `members` (the group as it will be after
+    this request); `default_assignor` when no member names one.
 
     `inherited` maps a new member id to an old one whose target it takes over (a static
     member rejoining under a new id keeps its partitions: KIP-848 "Static Membership").
@@ -106,7 +107,8 @@ def compute_target(
             ids = cache[key] = frozenset(topics[n].topic_id for n in member_topics(m, image) if n in topics)
         current = group.target.get(inherited.get(mid, mid), {})
         specs[mid] = MemberSpec(mid, m.instance_id, m.rack_id, ids, {t: ps for t, ps in current.items() if t in by_id})
-    result = ASSIGNORS[assignor].assign(AssignmentSpec(specs, topic_specs))
+    assignor = ASSIGNORS[preferred_assignor(members, default_assignor)]
+    result = assignor.assign(AssignmentSpec(specs, topic_specs))
     return {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps} for mid in members}
 
 

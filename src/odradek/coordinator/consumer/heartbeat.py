@@ -45,7 +45,6 @@ from .assignment import (
     compile_regex,
     compute_target,
     partition_metadata_record,
-    preferred_assignor,
     subscribed_topics,
     target_records,
 )
@@ -216,7 +215,14 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
 
 
 def _session_op(gid: str, mid: str):
-    return lambda s, now: expire_member(s, gid, mid, now, "session timeout")
+    return lambda s, now: expire_member(s, gid, mid, now)
+
+
+def _retarget(shard: Shard, group: ConsumerGroup, members, topics, epoch: int, old_target,
+              inherited=None) -> tuple[dict, list[R.CoordinatorRecord]]:
+    """The next target assignment at `epoch`, and the records installing it."""
+    new = compute_target(group, members, topics, shard.image, shard.config.assignors[0], inherited)
+    return new, target_records(group.group_id, old_target, new, epoch)
 
 
 def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
@@ -287,13 +293,12 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     target = group.target
     if group_epoch > target_epoch:
         inherited = {member_id: predecessor.member_id} if predecessor else None
-        new_target = compute_target(group, members, topics, shard.image,
-                                    preferred_assignor(members, shard.config.assignors[0]), inherited)
         old_target = dict(group.target)
         if predecessor is not None:
             old_target[member_id] = old_target.pop(predecessor.member_id, {})
-        records += target_records(gid, old_target, new_target, group_epoch)
-        target, target_epoch = new_target, group_epoch
+        target, more = _retarget(shard, group, members, topics, group_epoch, old_target, inherited)
+        records += more
+        target_epoch = group_epoch
     elif predecessor is not None:
         inherited_target = group.target.get(predecessor.member_id, {})
         records.append(R.target_member(gid, member_id, inherited_target))
@@ -343,8 +348,9 @@ def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> N
     mid = member.member_id
     shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid), _session_op(gid, mid))
     key = ("rebalance", gid, mid)
-    if member.state is MemberState.UNREVOKED_PARTITIONS:
+    if member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch != STATIC_LEAVE_EPOCH:
         # KIP-848: the member has the rebalance timeout to revoke, from when it was asked.
+        # A static member that left (-2) revokes nothing: only its session runs.
         if key not in shard.timer:
             epoch = member.member_epoch
             shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0),
@@ -358,11 +364,12 @@ def _rebalance_timeout(shard: Shard, gid: str, mid: str, epoch: int, now_ms: int
     member = group.members.get(mid) if group else None
     if member is None or member.state is not MemberState.UNREVOKED_PARTITIONS or member.member_epoch != epoch:
         return Result([], None)
-    return expire_member(shard, gid, mid, now_ms, "rebalance timeout")
+    return expire_member(shard, gid, mid, now_ms)
 
 
-def expire_member(shard: Shard, gid: str, mid: str, now_ms: int, why: str = "") -> Result:
-    """Fence a member the coordinator gave up on (session or rebalance timeout)."""
+def expire_member(shard: Shard, gid: str, mid: str, now_ms: int) -> Result:
+    """Remove a member: it left (-1), or the coordinator gave up on it (session or
+    rebalance timeout, a static member that did not come back)."""
     group = shard.consumer_groups.get(gid)
     if group is None or mid not in group.members:
         return Result([], None)
@@ -382,9 +389,7 @@ def remove_member_records(shard: Shard, group: ConsumerGroup, mid: str) -> list[
     epoch = group.group_epoch + 1
     records.append(R.group_epoch(gid, epoch))
     old_target = {k: v for k, v in group.target.items() if k != mid}
-    new_target = compute_target(group, members, topics, shard.image,
-                                preferred_assignor(members, shard.config.assignors[0]))
-    records += target_records(gid, old_target, new_target, epoch)
+    records += _retarget(shard, group, members, topics, epoch, old_target)[1]
     return records
 
 
@@ -417,36 +422,26 @@ def leave(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
             assigned={t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()},
             pending_revocation={t: dict.fromkeys(ps, 0) for t, ps in member.pending_revocation.items()},
         )
-        shard.timer.cancel(("rebalance", gid, member.member_id))
-        mid = member.member_id
-        shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid),
-                             lambda s, now: expire_member(s, gid, mid, now, "static member did not return"))
+        arm_timers(shard, gid, left, now_ms)  # the session runs on; no revocation is awaited
         return Result([R.current_assignment(gid, left)], response)
-    shard.timer.cancel(("session", gid, member.member_id))
-    shard.timer.cancel(("rebalance", gid, member.member_id))
-    return Result(remove_member_records(shard, group, member.member_id), response)
+    return Result(expire_member(shard, gid, member.member_id, now_ms).records, response)
 
 
 def refresh_metadata(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:
     """Bump the epoch when the subscribed topics changed (created, deleted, recreated, grown)."""
     topics = subscribed_topics(group.members.values(), shard.image)
-    if topics == group.subscribed_topics or not group.members:
-        if topics != group.subscribed_topics:
-            return [partition_metadata_record(group.group_id, topics)]
+    if topics == group.subscribed_topics:
         return []
     gid = group.group_id
+    if not group.members:
+        return [partition_metadata_record(gid, topics)]
     epoch = group.group_epoch + 1
     records = [partition_metadata_record(gid, topics), R.group_epoch(gid, epoch)]
-    new_target = compute_target(group, group.members, topics, shard.image,
-                                preferred_assignor(group.members, shard.config.assignors[0]))
-    records += target_records(gid, group.target, new_target, epoch)
-    return records
+    return records + _retarget(shard, group, group.members, topics, epoch, group.target)[1]
 
 
 def assign_if_needed(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:
     """After a load: a group whose epoch is ahead of its target gets its target now (KIP-848 "Fail Over")."""
     if group.group_epoch <= group.target_epoch or not group.members:
         return []
-    new_target = compute_target(group, group.members, group.subscribed_topics, shard.image,
-                                preferred_assignor(group.members, shard.config.assignors[0]))
-    return target_records(group.group_id, group.target, new_target, group.group_epoch)
+    return _retarget(shard, group, group.members, group.subscribed_topics, group.group_epoch, group.target)[1]
