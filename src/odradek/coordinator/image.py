@@ -8,6 +8,7 @@ simulator can hand in any picture it likes.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 
@@ -27,10 +28,6 @@ class MetadataImage:
     def by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
         return self._ids.get(topic_id)
 
-    @property
+    @functools.cached_property
     def _ids(self) -> dict[uuid.UUID, TopicMeta]:
-        ids = self.__dict__.get("_ids_cache")
-        if ids is None:
-            ids = {t.topic_id: t for t in self.topics.values()}
-            object.__setattr__(self, "_ids_cache", ids)
-        return ids
+        return {t.topic_id: t for t in self.topics.values()}

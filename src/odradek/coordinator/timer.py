@@ -20,23 +20,19 @@ class Timer:
     the heap keeps one entry per key, re-queued when it surfaces early."""
 
     def __init__(self) -> None:
-        self._ops: dict[Any, list] = {}  # key -> [deadline, op, seq of its heap entry]
+        self._ops: dict[Any, list] = {}  # key -> [deadline, op, seq of its heap entry, deadline it is queued at]
         self._heap: list[tuple[int, int, Any]] = []
         self._seq = itertools.count()
 
     def schedule(self, key: Any, deadline_ms: int, op: Callable) -> None:
         entry = self._ops.get(key)
-        if entry is not None and entry[2] is not None and self._queued_at(entry) <= deadline_ms:
+        if entry is not None and entry[3] <= deadline_ms:  # its heap entry surfaces no later: no push
             entry[0] = deadline_ms
             entry[1] = op
             return
         seq = next(self._seq)
         self._ops[key] = [deadline_ms, op, seq, deadline_ms]
         heapq.heappush(self._heap, (deadline_ms, seq, key))
-
-    @staticmethod
-    def _queued_at(entry: list) -> int:
-        return entry[3]
 
     def cancel(self, key: Any) -> None:
         self._ops.pop(key, None)

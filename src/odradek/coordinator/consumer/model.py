@@ -84,9 +84,6 @@ class ConsumerMember:
         """What the assignment depends on: a change here bumps the group epoch."""
         return (self.subscribed_topic_names, self.subscribed_topic_regex, self.server_assignor, self.rack_id)
 
-    def assigned_set(self) -> dict[uuid.UUID, frozenset[int]]:
-        return {t: frozenset(ps) for t, ps in self.assigned.items() if ps}
-
     def owned_pairs(self):
         for parts in (self.assigned, self.pending_revocation):
             for t, ps in parts.items():
