@@ -95,6 +95,20 @@ class Coord:
         out = fetch_group(shard, group, topics)
         return {(t["name"], p["partition_index"]): p["committed_offset"] for t in out["topics"] for p in t["partitions"]}
 
+    def member_hb(self, gid: str, mid: str):
+        """A heartbeat from a member that holds exactly what the coordinator gave it."""
+        m = self.group(gid).members[mid]
+        return self.hb(gid, mid, m.member_epoch, owned={t: sorted(ps) for t, ps in m.assigned.items()},
+                       instance_id=m.instance_id)
+
+    def converge(self, gid: str = "g", rounds: int = 4):
+        """Heartbeat every present member (not those that left with -2) for a few rounds."""
+        for _ in range(rounds):
+            for mid in sorted(self.group(gid).members):
+                if self.group(gid).members[mid].member_epoch >= 0:
+                    self.member_hb(gid, mid)
+        return self.group(gid)
+
     def advance(self, ms: int) -> None:
         self.now += ms
         self.runtime.tick(self.now)

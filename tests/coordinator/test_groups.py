@@ -37,15 +37,8 @@ def delete(c: Coord, gid: str):
     return code, list(c.written)
 
 
-def converge(c: Coord, gid: str = "g", rounds: int = 4):
-    g = c.group(gid)
-    for _ in range(rounds):
-        for mid in sorted(g.members):
-            m = g.members[mid]
-            if m.member_epoch < 0:
-                continue
-            c.hb(gid, mid, m.member_epoch, owned={t: sorted(ps) for t, ps in m.assigned.items()},
-                 instance_id=m.instance_id)
+def converge(c: Coord, gid: str = "g"):
+    g = c.converge(gid)
     assert g.state.value == "Stable"
     return g
 

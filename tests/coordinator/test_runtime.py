@@ -358,17 +358,6 @@ def test_metadata_change_survives_restart(two_groups):
 # --- restart and compaction equivalence -------------------------------------------------------
 
 
-def _member_hb(c, gid, mid):
-    m = c.group(gid).members[mid]
-    return c.hb(gid, mid, m.member_epoch, owned={t: sorted(ps) for t, ps in m.assigned.items()},
-                instance_id=m.instance_id)
-
-
-def _converge(c, gid, rounds=4):
-    for _ in range(rounds):
-        for mid in sorted(c.group(gid).members):
-            if c.group(gid).members[mid].member_epoch >= 0:
-                _member_hb(c, gid, mid)
 
 
 def long_scenario(c: Coord) -> None:
@@ -376,20 +365,20 @@ def long_scenario(c: Coord) -> None:
     c.hb("g", "A", topics=("foo", "bar"))
     c.hb("g", "B", topics=("foo",), rack_id="r1")
     c.hb("g", "C", topics=("bar",), instance_id="inst-c", assignor="range")
-    _converge(c, "g")
+    c.converge("g")
     assert c.commit("g", "A", c.group("g").members["A"].member_epoch, offsets=(("foo", 0, 10),))[("foo", 0)] == 0
     c.commit("simple", offsets=(("foo", 1, 5), ("bar", 0, 6)))
     c.commit("simple", offsets=(("foo", 1, 8),))  # overwrite
     c.advance(2_000)
     c.hb("g", "D", topics=("foo",))
-    _member_hb(c, "g", "A")  # revocations under way
+    c.member_hb("g", "A")  # revocations under way
     c.hb("g", "C", c.group("g").members["C"].member_epoch, instance_id="inst-c")
     c.hb("g", "C", -2, instance_id="inst-c")  # static leave: keeps its assignment
     c.hb("g", "B", -1)  # dynamic leave
     c.set_topics([("foo", FOO, 5), ("bar", BAR, 4)])  # topic growth
-    _converge(c, "g")
+    c.converge("g")
     c.hb("g", "C2", topics=("bar",), instance_id="inst-c")  # the static member returns as C2
-    _converge(c, "g")
+    c.converge("g")
     # another group that empties, and one that is deleted
     c.hb("e", "E", topics=("bar",))
     c.commit("e", "E", 1, offsets=(("bar", 1, 3),))
@@ -403,10 +392,10 @@ def long_scenario(c: Coord) -> None:
     c.hb("t", "T2", topics=("foo",))
     for _ in range(10):
         c.advance(5_000)
-        _member_hb(c, "t", "T2")
+        c.member_hb("t", "T2")
         for mid in list(c.group("g").members):
             if c.group("g").members[mid].member_epoch >= 0:
-                _member_hb(c, "g", mid)
+                c.member_hb("g", mid)
     assert "T1" not in c.group("t").members
     # one more static leave left pending at the end, and a member mid-reconciliation
     c.hb("g", "S", topics=("foo", "bar"), instance_id="inst-s")
@@ -474,14 +463,14 @@ def test_compacted_log_after_every_step_replays_to_the_same_snapshot():
     steps = [
         lambda: c.hb("g", "A"),
         lambda: c.hb("g", "B"),
-        lambda: _member_hb(c, "g", "A"),
-        lambda: _member_hb(c, "g", "A"),
-        lambda: _member_hb(c, "g", "B"),
+        lambda: c.member_hb("g", "A"),
+        lambda: c.member_hb("g", "A"),
+        lambda: c.member_hb("g", "B"),
         lambda: c.commit("g", "A", c.group("g").members["A"].member_epoch, offsets=(("foo", 0, 1),)),
         lambda: c.hb("g", "A", -1),
-        lambda: _member_hb(c, "g", "B"),
+        lambda: c.member_hb("g", "B"),
         lambda: c.set_topics([("foo", FOO, 4), ("bar", BAR, 2)]),
-        lambda: _member_hb(c, "g", "B"),
+        lambda: c.member_hb("g", "B"),
         lambda: c.hb("g", "B", -1),
     ]
     for step in steps:
