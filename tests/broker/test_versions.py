@@ -1,5 +1,6 @@
 """Every advertised version of every API answers a well-formed request with a parseable response."""
 
+import asyncio
 import uuid
 
 import pytest
@@ -11,7 +12,8 @@ from tests.wire import parse_response, request_frame
 ZERO = uuid.UUID(int=0)
 
 
-def _bodies(topic_id, v):
+def _bodies(topic_id, v, member=("", -1)):
+    mid, generation = member  # the classic member _make_group made, for 11-14
     batch = encode_batch([Record(0, 1_700_000_000_000, b"k", b"v")])
     fetch_topic = {
         "topic": "vt",
@@ -55,11 +57,22 @@ def _bodies(topic_id, v):
              "rack_id": None, "rebalance_timeout": 30000, "subscribed_topic_names": ["vt"], "subscribed_topic_regex": None,
              "server_assignor": None, "topic_partitions": []},
         69: {"group_ids": ["vg"], "include_authorized_operations": False},
+        # Classic group APIs, as the only member of the Stable group "vg": its JoinGroup is a
+        # leader rejoin (a rebalance that completes at once), its SyncGroup in Stable gets the
+        # stored assignment, its LeaveGroup empties the group.
+        11: {"group_id": "vg", "session_timeout": 30000, "rebalance_timeout": 30000, "member_id": mid,
+             "group_instance_id": None, "protocol_type": "consumer",
+             "protocols": [{"name": "range", "metadata": b"vm"}], "reason": None},
+        12: {"group_id": "vg", "generation_id": generation, "member_id": mid, "group_instance_id": None},
+        13: {"group_id": "vg", "member_id": mid, "members": [{"member_id": mid, "group_instance_id": None, "reason": None}]},
+        14: {"group_id": "vg", "generation_id": generation, "member_id": mid, "group_instance_id": None,
+             "protocol_type": "consumer", "protocol_name": "range", "assignments": []},
     }
 
 
 def _make_group(broker, api_key):
-    """Groups some APIs need to exist: offsets-only for the classic ones, a member for 69."""
+    """Groups some APIs need to exist: offsets-only for 15/42/47, a member for 69, and for the
+    classic group APIs (11-14) a Stable classic group with one member: (member id, generation)."""
     from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
     from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit
 
@@ -70,6 +83,27 @@ def _make_group(broker, api_key):
     if api_key == 69:
         req = HeartbeatRequest("vg", "m1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("vt",), owned={})
         runtime.run("vg", lambda s, now: heartbeat(s, req, now), broker.clock())
+    if api_key in (11, 12, 13, 14):
+        return _classic_member(broker)
+    return ("", -1)
+
+
+def _classic_member(broker):
+    from odradek.coordinator.classic.join import JoinRequest, join
+    from odradek.coordinator.classic.sync import SyncRequest, sync
+
+    runtime = broker.coordinator.runtime
+    now = broker.clock()
+    answers = []
+    req = JoinRequest("vg", "", 30000, 30000, "consumer", (("range", b"vm"),), client_id="vc", version=3)
+    runtime.run("vg", lambda s, t: join(s, req, answers.append, t), now)
+    runtime.tick(now + runtime.config.initial_rebalance_delay_ms)  # a new group waits out the initial delay
+    assert answers and answers[0]["error_code"] == 0, answers
+    mid, generation = answers[0]["member_id"], answers[0]["generation_id"]
+    sreq = SyncRequest("vg", mid, generation, assignments=((mid, b"va"),))
+    runtime.run("vg", lambda s, t: sync(s, sreq, answers.append, t), now)
+    assert answers[1]["error_code"] == 0, answers
+    return mid, generation
 
 
 CASES = [(k, v) for k, (lo, hi) in supported_versions().items() for v in range(lo, hi + 1)]
@@ -79,11 +113,13 @@ CASES = [(k, v) for k, (lo, hi) in supported_versions().items() for v in range(l
 def test_every_advertised_version_round_trips(inproc, api_key, version):
     inproc.broker.create_topic("vt", 1, {})
     topic_id = inproc.broker.metadata.get("vt").topic_id
-    body = _bodies(topic_id, version)[api_key]
-    _make_group(inproc.broker, api_key)
+    member = _make_group(inproc.broker, api_key)
+    body = _bodies(topic_id, version, member)[api_key]
     if api_key == 20:  # delete needs the topic this version's CreateTopics case would make
         inproc.broker.create_topic(f"created-{version}", 1, {})
-    response = inproc.handle(request_frame(api_key, version, body, correlation_id=77))
+    # JoinGroup/SyncGroup can be parked until a rebalance completes: a parked answer fails fast.
+    frame = request_frame(api_key, version, body, correlation_id=77)
+    response = inproc.loop.run_until_complete(asyncio.wait_for(inproc.broker.handle_frame(frame[4:]), 10))
     cid, parsed = parse_response(api_key, version, response)
     assert cid == 77
     errors = _error_codes(parsed)

@@ -11,6 +11,9 @@ import itertools
 import uuid
 
 from odradek.coordinator import records as R
+from odradek.coordinator.classic.join import JoinRequest, join
+from odradek.coordinator.classic.leave import LeaveIdentity, leave
+from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest, heartbeat as classic_heartbeat, sync
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
 from odradek.coordinator.image import MetadataImage
@@ -119,6 +122,42 @@ class Coord:
 
     def group(self, gid="g"):
         return self.runtime.shard_for(gid).consumer_groups.get(gid)
+
+    # --- the classic protocol -----------------------------------------------------------------
+    # join and sync answer through a reply: they return a list that holds the response once
+    # the coordinator sends it (empty while the request is parked).
+
+    def join(self, group="g", member="", *, protocols=(("range", b"m"),), session=10_000, rebalance=30_000,
+             instance_id=None, version=5, protocol_type="consumer", client_id="client") -> list:
+        box: list = []
+        req = JoinRequest(group, member, session, rebalance, protocol_type, tuple(protocols), instance_id, client_id,
+                          "/127.0.0.1", None, version)
+        self.runtime.run(group, lambda shard, now: join(shard, req, box.append, now), self.now)
+        return box
+
+    def sync(self, group="g", member="", generation=1, assignments=(), instance_id=None,
+             protocol_type=None, protocol_name=None) -> list:
+        box: list = []
+        req = SyncRequest(group, member, generation, instance_id, protocol_type, protocol_name, tuple(assignments))
+        self.runtime.run(group, lambda shard, now: sync(shard, req, box.append, now), self.now)
+        return box
+
+    def cheartbeat(self, group="g", member="", generation=1, instance_id=None) -> int:
+        req = ClassicHeartbeat(group, member, generation, instance_id)
+        return int(self.runtime.run(group, lambda shard, now: classic_heartbeat(shard, req, now), self.now)["error_code"])
+
+    def leave(self, group="g", *identities: tuple) -> dict:
+        ids = tuple(LeaveIdentity(*i) for i in identities)
+        return self.runtime.run(group, lambda shard, now: leave(shard, group, ids, now), self.now)
+
+    def classic(self, gid="g"):
+        return self.runtime.shard_for(gid).classic_groups.get(gid)
+
+    def join_member(self, group="g", **kw) -> str:
+        """A dynamic member through MEMBER_ID_REQUIRED: returns its member id (its join is parked or answered)."""
+        first = self.join(group, **kw)
+        assert int(first[0]["error_code"]) == 79, first  # MEMBER_ID_REQUIRED
+        return first[0]["member_id"]
 
 
 def parts(resp, topic=FOO) -> list[int] | None:

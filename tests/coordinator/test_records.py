@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek.coordinator import records as R
-from odradek.coordinator.consumer.model import ConsumerMember, MemberState
+from odradek.coordinator.classic.model import ClassicGroup, ClassicMember
+from odradek.coordinator.consumer.model import ClassicMeta, ConsumerMember, MemberState
 
 T1 = uuid.UUID(int=0xF00)
 T2 = uuid.UUID("12345678-9abc-def0-1234-56789abcdef0")
@@ -27,10 +28,24 @@ def _member(**kw) -> ConsumerMember:
     })
 
 
+def _classic_group() -> ClassicGroup:
+    g = ClassicGroup("cg", 1_700_000_000_000)
+    g.protocol_type, g.protocol_name, g.generation = "consumer", "range", 4
+    g.add(ClassicMember("a-1", "inst-a", "cid", "/10.0.0.1", 30_000, 10_000, "consumer",
+                        (("range", b"\x00\x01sub"), ("roundrobin", b"rr")), assignment=b"\x00\x00asg"))
+    g.add(ClassicMember("b-1", None, "cid", "/10.0.0.2", -1, 6_000, "consumer", (("range", b""),)))
+    return g
+
+
 def _all_records() -> list[R.CoordinatorRecord]:
     m = _member()
     bare = ConsumerMember("m-2")  # every nullable field None, nothing assigned
+    empty_classic = ClassicGroup("cg")
     return [
+        R.classic_group(_classic_group()),
+        R.classic_group(empty_classic),
+        R.classic_group_tombstone("cg"),
+        R.member_metadata("g", _member(classic=ClassicMeta(10_000, (("range", b"\x00\x03x"), ("cooperative-sticky", b""))))),
         R.offset_commit("g", "foo", 3, 42, 5, "meta", 1_700_000_000_000),
         R.offset_commit("g", "foo", 0, -1, -1, "", 0),
         R.offset_tombstone("g", "foo", 3),
@@ -63,9 +78,28 @@ def test_every_record_type_round_trips(rec):
     assert out.group_id == rec.key[0]
 
 
-def test_all_seven_record_types_are_covered_by_the_round_trip():
-    assert {r.type for r in _all_records()} == {1, 3, 4, 5, 6, 7, 8}
-    assert set(R.KEY_SCHEMAS) == set(R.VALUE_SCHEMAS) == {1, 3, 4, 5, 6, 7, 8}
+def test_all_eight_record_types_are_covered_by_the_round_trip():
+    assert {r.type for r in _all_records()} == {1, 2, 3, 4, 5, 6, 7, 8}
+    assert set(R.KEY_SCHEMAS) == set(R.VALUE_SCHEMAS) == {1, 2, 3, 4, 5, 6, 7, 8}
+
+
+def test_classic_group_record_is_kafkas_group_metadata_value_v3():
+    key, value = R.encode(R.classic_group(_classic_group()))
+    assert key == struct.pack(">hh", 2, 2) + b"cg"
+    assert struct.unpack_from(">hh", value, 0) == (3, len("consumer"))  # value version 3, then protocolType
+    out = R.decode(key, value).value
+    assert out["generation"] == 4 and out["protocol"] == "range" and out["leader"] == "a-1"
+    # Only the selected protocol's metadata is stored, as Kafka does.
+    assert [(m["member_id"], m["group_instance_id"], m["subscription"], m["assignment"]) for m in out["members"]] == [
+        ("a-1", "inst-a", b"\x00\x01sub", b"\x00\x00asg"), ("b-1", None, b"", b"")]
+
+
+def test_classic_member_metadata_is_tagged_field_zero():
+    plain = R.encode(R.member_metadata("g", _member()))[1]
+    tagged = R.encode(R.member_metadata("g", _member(classic=ClassicMeta(10_000, (("range", b"x"),)))))[1]
+    assert plain.endswith(b"\x00") and tagged.startswith(plain[:-1])
+    assert tagged[len(plain) - 1] == 1 and tagged[len(plain)] == 0  # one tagged field, tag 0
+    assert R.decode(*R.encode(R.member_metadata("g", _member())))[2]["classic_member_metadata"] is None
 
 
 def test_member_records_carry_every_member_field():
@@ -74,7 +108,7 @@ def test_member_records_carry_every_member_field():
     assert meta == {
         "instance_id": "inst", "rack_id": "rack-a", "client_id": "cid", "client_host": "/10.0.0.1",
         "subscribed_topic_names": ["bar", "foo"], "subscribed_topic_regex": "fo.*", "server_assignor": "range",
-        "rebalance_timeout_ms": 300_000,
+        "rebalance_timeout_ms": 300_000, "classic_member_metadata": None,
     }
     cur = R.decode(*R.encode(R.current_assignment("g", m))).value
     assert (cur["member_epoch"], cur["previous_member_epoch"], cur["state"]) == (7, 6, 1)
@@ -125,7 +159,7 @@ def test_flexible_value_exact_bytes_and_trailing_tag_count():
     assert value == b"\x00\x00" + struct.pack(">i", 258) + b"\x00"
 
 
-@pytest.mark.parametrize("rec", [r for r in _all_records() if r.value is not None and r.type != R.OFFSET_COMMIT],
+@pytest.mark.parametrize("rec", [r for r in _all_records() if r.value is not None and r.type not in (R.OFFSET_COMMIT, R.CLASSIC_GROUP)],
                          ids=lambda r: f"type{r.type}")
 def test_flexible_values_are_version_0_and_end_with_an_empty_tagged_field_section(rec):
     _, value = R.encode(rec)
@@ -234,7 +268,7 @@ def test_unknown_tag_only_is_skipped_and_epochs_default():
 # --- unknown, corrupt and foreign records ---------------------------------------------------
 
 
-@pytest.mark.parametrize("rtype", [2, 9, 16, 100, -1])
+@pytest.mark.parametrize("rtype", [9, 16, 100, -1])
 def test_unknown_record_types_decode_to_none(rtype):
     key = struct.pack(">h", rtype) + b"\x00\x01g"
     assert R.decode(key, b"\x00\x03whatever") is None

@@ -23,6 +23,7 @@ _CLASS_NAMES = {
     "org.apache.kafka.server.group.consumer.RangeAssignor": "range",
 }
 
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 GROUP_CONFIG_KEYS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
 
 
@@ -58,6 +59,13 @@ class CoordinatorConfig:
     assignors: tuple[str, ...] = KNOWN_ASSIGNORS
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
+    # classic groups (consumer-0.9 design; Kafka's group.* keys)
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
+    classic_max_size: int = 2**31 - 1
+    initial_rebalance_delay_ms: int = 3_000
+    # KIP-848 "Online Migration": bidirectional, upgrade, downgrade or disabled
+    migration_policy: str = "bidirectional"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -75,6 +83,12 @@ class CoordinatorConfig:
             "group.consumer.assignors": ("assignors", _assignors),
             "offsets.retention.minutes": ("offsets_retention_ms", lambda v: int(v) * 60_000),
             "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", int),
+            "group.min.session.timeout.ms": ("classic_min_session_timeout_ms", int),
+            "group.max.session.timeout.ms": ("classic_max_session_timeout_ms", int),
+            "group.max.size": ("classic_max_size", int),
+            "group.classic.max.size": ("classic_max_size", int),
+            "group.initial.rebalance.delay.ms": ("initial_rebalance_delay_ms", int),
+            "group.consumer.migration.policy": ("migration_policy", lambda v: str(v).strip().lower()),
         }
         kwargs = {}
         for key, value in props.items():
@@ -94,7 +108,15 @@ class CoordinatorConfig:
             raise ValueError("group.consumer.heartbeat.interval.ms must lie within its min/max bounds")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below the session timeout")
+        if self.migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}")
+        if self.classic_min_session_timeout_ms > self.classic_max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if self.initial_rebalance_delay_ms < 0:
+            raise ValueError("group.initial.rebalance.delay.ms must be at least 0")
         for key, value in (
+            ("group.max.size", self.classic_max_size),
+            ("group.min.session.timeout.ms", self.classic_min_session_timeout_ms),
             ("group.consumer.max.size", self.max_size),
             ("offsets.retention.minutes", self.offsets_retention_ms),
             ("offsets.retention.check.interval.ms", self.offsets_retention_check_interval_ms),
@@ -121,7 +143,18 @@ class CoordinatorConfig:
             "group.consumer.assignors": ",".join(self.assignors),
             "offsets.retention.minutes": str(self.offsets_retention_ms // 60_000),
             "offsets.retention.check.interval.ms": str(self.offsets_retention_check_interval_ms),
+            "group.min.session.timeout.ms": str(self.classic_min_session_timeout_ms),
+            "group.max.session.timeout.ms": str(self.classic_max_session_timeout_ms),
+            "group.max.size": str(self.classic_max_size),
+            "group.initial.rebalance.delay.ms": str(self.initial_rebalance_delay_ms),
+            "group.consumer.migration.policy": self.migration_policy,
         }
+
+    def allows_upgrade(self) -> bool:
+        return self.migration_policy in ("bidirectional", "upgrade")
+
+    def allows_downgrade(self) -> bool:
+        return self.migration_policy in ("bidirectional", "downgrade")
 
     # --- per-group values -----------------------------------------------------------------
 

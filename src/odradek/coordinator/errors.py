@@ -31,6 +31,9 @@ OFFSET_METADATA_TOO_LARGE = ErrorCode.offset_metadata_too_large
 REBALANCE_IN_PROGRESS = ErrorCode.rebalance_in_progress
 INVALID_CONFIG = ErrorCode.invalid_config
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
+INCONSISTENT_GROUP_PROTOCOL = ErrorCode.inconsistent_group_protocol
+INVALID_SESSION_TIMEOUT = ErrorCode.invalid_session_timeout
+MEMBER_ID_REQUIRED = ErrorCode.member_id_required
 
 
 class CoordinatorError(Exception):

@@ -5,6 +5,10 @@ the newest value wins and a tombstone deletes it. Who may commit:
   * a request without membership (member id empty, epoch/generation -1: admin tools and
     manually assigned consumers) when the group is empty or does not exist; a group that
     does not exist becomes a "simple" group holding only offsets, as in Kafka;
+  * a classic-group member, checked against the generation (Kafka's ClassicGroup
+    validateOffsetCommit): FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+    and REBALANCE_IN_PROGRESS while the group waits for the leader's assignment;
+    a commit without membership into a non-empty classic group is UNKNOWN_MEMBER_ID;
   * a consumer-group member, fenced per KIP-1251 partition by partition:
         assignment epoch <= client epoch <= broker epoch
     for partitions it holds (assigned or pending revocation), and client epoch == broker
@@ -20,13 +24,17 @@ import uuid
 from dataclasses import dataclass
 
 from . import records as R
+from .classic.model import ClassicGroup, ClassicState
+from .classic.sync import check_member
 from .consumer.model import ConsumerGroup, ConsumerMember
 from .errors import (
     GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC,
     ILLEGAL_GENERATION,
+    NON_EMPTY_GROUP,
     NONE,
     OFFSET_METADATA_TOO_LARGE,
+    REBALANCE_IN_PROGRESS,
     STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
     UNSUPPORTED_VERSION,
@@ -63,6 +71,13 @@ def _member_check(group: ConsumerGroup, req: CommitRequest) -> ConsumerMember | 
     member = group.members.get(req.member_id)
     if member is None:
         raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {group.group_id}.")
+    if member.classic is not None:
+        # A classic member of a consumer group commits with its generation = member epoch,
+        # at any version (KIP-848 "Online Migration").
+        if req.member_epoch != member.member_epoch:
+            raise CoordinatorError(ILLEGAL_GENERATION, f"Generation {req.member_epoch} is not the member's "
+                                   f"epoch {member.member_epoch}.")
+        return member
     if req.version < 9:
         # Kafka: consumer-protocol members must commit with OffsetCommit v9+.
         raise CoordinatorError(UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
@@ -71,6 +86,21 @@ def _member_check(group: ConsumerGroup, req: CommitRequest) -> ConsumerMember | 
         raise CoordinatorError(STALE_MEMBER_EPOCH, f"The member epoch {req.member_epoch} is newer than the "
                                f"broker's {member.member_epoch}.")
     return member
+
+
+def _classic_check(group: ClassicGroup, req: CommitRequest) -> None:
+    if req.member_epoch < 0 and group.is_(ClassicState.EMPTY):
+        return  # an admin or manually assigned consumer committing for an idle group
+    if req.member_epoch >= 0 or req.member_id or req.instance_id:
+        check_member(group, req.member_id, req.instance_id)
+        if req.member_epoch != group.generation:
+            raise CoordinatorError(ILLEGAL_GENERATION, f"Generation {req.member_epoch} is not the group's "
+                                   f"{group.generation}.")
+    elif not group.is_(ClassicState.EMPTY):
+        raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Group {group.group_id} has members: commit as one of them.")
+    if group.is_(ClassicState.COMPLETING_REBALANCE):
+        # The assignment of this generation is not known yet.
+        raise CoordinatorError(REBALANCE_IN_PROGRESS, "The group is completing a rebalance.")
 
 
 def _partition_allowed(member: ConsumerMember, topic_id: uuid.UUID | None, partition: int, client_epoch: int) -> bool:
@@ -94,8 +124,12 @@ def commit(shard: Shard, req: CommitRequest, now_ms: int) -> Result:
         ]
 
     group = shard.consumer_groups.get(req.group_id)
+    classic = shard.classic_groups.get(req.group_id) if group is None else None
     try:
-        if group is None:
+        if classic is not None:
+            _classic_check(classic, req)
+            member = None
+        elif group is None:
             if req.member_epoch >= 0 or req.member_id:
                 if req.group_id in shard.offsets:
                     # An offsets-only ("simple") group has no members to commit as.
@@ -163,9 +197,14 @@ def fetch_group(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]]
 def delete(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]], now_ms: int) -> Result:
     """OffsetDelete: refused for topics a non-empty consumer group subscribes to."""
     group = shard.consumer_groups.get(group_id)
-    if group is None and group_id not in shard.offsets:
+    classic = shard.classic_groups.get(group_id)
+    if group is None and classic is None and group_id not in shard.offsets:
         return Result([], {"error_code": GROUP_ID_NOT_FOUND, "topics": []})
     subscribed = set(group.subscribed_topics) if group is not None and group.members else set()
+    if classic is not None and not classic.is_(ClassicState.EMPTY):
+        if classic.protocol_type != "consumer":
+            return Result([], {"error_code": NON_EMPTY_GROUP, "topics": []})
+        subscribed = _classic_subscribed(classic)
     records = []
     out = []
     for name, parts in topics:
@@ -181,9 +220,25 @@ def delete(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]], now
     return Result(records, {"error_code": NONE, "topics": out})
 
 
+def _classic_subscribed(group: ClassicGroup) -> set[str]:
+    """The topics a classic consumer group's members subscribe to (their embedded protocol metadata)."""
+    from .consumer_protocol import decode_subscription
+    from .records import RecordError
+
+    topics: set[str] = set()
+    for m in group.members.values():
+        try:
+            topics.update(decode_subscription(m.metadata(group.protocol_name) or b"").topics)
+        except RecordError:
+            continue
+    return topics
+
+
 def delete_group_records(shard: Shard, group_id: str) -> list[R.CoordinatorRecord]:
     """Tombstones for everything a (empty) group left behind: offsets and consumer-group records."""
     out = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(shard.offsets.get(group_id, {}))]
+    if group_id in shard.classic_groups:
+        out.append(R.classic_group_tombstone(group_id))
     group = shard.consumer_groups.get(group_id)
     if group is not None:
         for mid in sorted(group.target):
@@ -196,9 +251,11 @@ def expire_offsets(shard: Shard, now_ms: int) -> Result:
     retention = shard.config.offsets_retention_ms
     records = []
     for group_id in sorted(shard.group_ids()):
-        group = shard.consumer_groups.get(group_id)
+        group = shard.consumer_groups.get(group_id) or shard.classic_groups.get(group_id)
         if group is not None and group.members:
             continue  # offsets of live groups never expire
+        if isinstance(group, ClassicGroup) and (not group.is_(ClassicState.EMPTY) or group.pending_members):
+            continue  # rebalancing
         offsets = shard.offsets.get(group_id, {})
         expired = [(t, p) for (t, p), e in sorted(offsets.items()) if e.commit_timestamp + retention <= now_ms]
         if group is not None and len(expired) == len(offsets):

@@ -8,6 +8,7 @@ entity, and a tombstone (value None) deletes it. Types and layouts follow Apache
 group-coordinator record definitions, so the bytes read the same way:
 
     type 1  OffsetCommitKey(group, topic, partition)  -> OffsetCommitValue v3
+    type 2  GroupMetadataKey(group)                   -> a classic group's stable snapshot (v3)
     type 3  ConsumerGroupMetadataKey(group)           -> {epoch}
     type 4  ConsumerGroupPartitionMetadataKey(group)  -> {topics: [{topic_id, topic_name, num_partitions}]}
     type 5  ConsumerGroupMemberMetadataKey(group, m)  -> subscription and client facts of member m
@@ -23,6 +24,10 @@ server assignor), the shipped layout is used because replay needs those fields.
 KIP-1251 adds `assignment_epochs` to each TopicPartitions as tagged field 0, aligned
 with `partitions`; a record without it replays with every epoch = the member epoch.
 
+A consumer-group member driven by the classic protocol (KIP-848 "Online Migration")
+carries `classic_member_metadata` (session timeout and supported protocols), tagged
+field 0 of the member metadata value, as in Kafka.
+
 Keys are non-flexible (int16-length strings); values use Kafka's flexible encoding
 (compact strings, varint array lengths, tagged fields), except OffsetCommitValue v3.
 One small schema interpreter does both; no per-record hand-written codecs.
@@ -35,6 +40,7 @@ import uuid
 from typing import Any, NamedTuple
 
 OFFSET_COMMIT = 1
+CLASSIC_GROUP = 2
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
 MEMBER_METADATA = 5
@@ -115,7 +121,12 @@ class _Codec:
                 b = v.encode()
                 out += _uvarint(len(b) + 1) if flex else _I16.pack(len(b))
                 out += b
-        elif tp == "bytes":
+        elif tp in ("bytes", "bytes?"):
+            if v is None:
+                if tp == "bytes":
+                    raise ValueError("non-nullable bytes is None")
+                out += b"\x00" if flex else _I32.pack(-1)
+                return
             out += _uvarint(len(v) + 1) if flex else _I32.pack(len(v))
             out += v
         elif tp[0] in ("array", "array?"):
@@ -155,22 +166,22 @@ class _Codec:
             if pos + 16 > len(buf):
                 raise RecordError("truncated uuid")
             return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
-        if tp in ("str", "str?", "bytes"):
+        if tp in ("str", "str?", "bytes", "bytes?"):
             if flex:
                 n, pos = _read_uvarint(buf, pos)
                 n -= 1
-            elif tp == "bytes":
+            elif tp[0] == "b":
                 n, pos = _I32.unpack_from(buf, pos)[0], pos + 4
             else:
                 n, pos = _I16.unpack_from(buf, pos)[0], pos + 2
             if n < 0:
-                if tp != "str?":
+                if tp[-1] != "?":
                     raise RecordError("null in a non-nullable field")
                 return None, pos
             if pos + n > len(buf):
                 raise RecordError("truncated string")
             raw = bytes(buf[pos:pos + n])
-            return (raw if tp == "bytes" else raw.decode()), pos + n
+            return (raw if tp[0] == "b" else raw.decode()), pos + n
         if tp[0] in ("array", "array?"):
             if flex:
                 n, pos = _read_uvarint(buf, pos)
@@ -220,6 +231,7 @@ _TARGET_PARTITIONS = ("struct", (("topic_id", "uuid"), ("partitions", ("array", 
 
 KEY_SCHEMAS: dict[int, tuple] = {
     OFFSET_COMMIT: (("group", "str"), ("topic", "str"), ("partition", "i32")),
+    CLASSIC_GROUP: (("group", "str"),),
     GROUP_METADATA: (("group", "str"),),
     PARTITION_METADATA: (("group", "str"),),
     MEMBER_METADATA: (("group", "str"), ("member_id", "str")),
@@ -231,6 +243,15 @@ KEY_SCHEMAS: dict[int, tuple] = {
 # (value version, flexible, schema)
 VALUE_SCHEMAS: dict[int, tuple[int, bool, tuple]] = {
     OFFSET_COMMIT: (3, False, (("offset", "i64"), ("leader_epoch", "i32"), ("metadata", "str"), ("commit_timestamp", "i64"))),
+    # GroupMetadataValue v3: the classic group as of its last completed rebalance.
+    CLASSIC_GROUP: (3, False, (
+        ("protocol_type", "str"), ("generation", "i32"), ("protocol", "str?"), ("leader", "str?"),
+        ("current_state_timestamp", "i64"),
+        ("members", ("array", ("struct", (
+            ("member_id", "str"), ("group_instance_id", "str?"), ("client_id", "str"), ("client_host", "str"),
+            ("rebalance_timeout", "i32"), ("session_timeout", "i32"), ("subscription", "bytes"), ("assignment", "bytes"),
+        ), {}))),
+    )),
     GROUP_METADATA: (0, True, (("epoch", "i32"),)),
     PARTITION_METADATA: (0, True, (("topics", ("array", ("struct", (("topic_id", "uuid"), ("topic_name", "str"), ("num_partitions", "i32")), {}))),)),
     MEMBER_METADATA: (0, True, (
@@ -248,6 +269,14 @@ VALUE_SCHEMAS: dict[int, tuple[int, bool, tuple]] = {
 }
 
 
+_PROTOCOLS = ("array", ("struct", (("name", "str"), ("metadata", "bytes")), {}))
+# Top-level tagged fields of flexible values.
+VALUE_TAGS: dict[int, dict[int, tuple]] = {
+    MEMBER_METADATA: {0: ("classic_member_metadata", ("struct", (
+        ("session_timeout_ms", "i32"), ("supported_protocols", _PROTOCOLS)), {}))},
+}
+
+
 def encode_key(rtype: int, key: tuple) -> bytes:
     out = bytearray(_I16.pack(rtype))
     for (_, tp), v in zip(KEY_SCHEMAS[rtype], key, strict=True):
@@ -260,11 +289,11 @@ def encode_value(rtype: int, value: dict | None) -> bytes | None:
         return None
     version, flexible, schema = VALUE_SCHEMAS[rtype]
     out = bytearray(_I16.pack(version))
-    codec = _FLEX if flexible else _KEYS
-    for name, tp in schema:
-        codec.write(out, tp, value[name])
     if flexible:
-        out += b"\x00"  # no top-level tagged fields
+        _FLEX.write_struct(out, schema, VALUE_TAGS.get(rtype, {}), value)
+    else:
+        for name, tp in schema:
+            _KEYS.write(out, tp, value[name])
     return bytes(out)
 
 
@@ -337,7 +366,7 @@ def decode(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
         version, flexible, vschema = VALUE_SCHEMAS[rtype_schema]
         if _I16.unpack_from(value, 0)[0] != version:
             raise RecordError(f"record type {rtype} value version {_I16.unpack_from(value, 0)[0]} is not {version}")
-        decoded, _ = (_FLEX if flexible else _KEYS).read_struct(value, 2, vschema, {})
+        decoded, _ = (_FLEX if flexible else _KEYS).read_struct(value, 2, vschema, VALUE_TAGS.get(rtype_schema, {}))
         return CoordinatorRecord(rtype_schema, tuple(fields), decoded)
     except (struct.error, IndexError) as exc:
         raise RecordError(f"truncated coordinator record: {exc}") from exc
@@ -383,6 +412,10 @@ def member_metadata(group: str, member) -> CoordinatorRecord:
         "subscribed_topic_names": list(member.subscribed_topic_names),
         "subscribed_topic_regex": member.subscribed_topic_regex,
         "server_assignor": member.server_assignor, "rebalance_timeout_ms": member.rebalance_timeout_ms,
+        "classic_member_metadata": None if member.classic is None else {
+            "session_timeout_ms": member.classic.session_timeout_ms,
+            "supported_protocols": [{"name": n, "metadata": m} for n, m in member.classic.protocols],
+        },
     })
 
 
@@ -445,3 +478,23 @@ def read_partitions(items: list[dict], default_epoch: int) -> dict[uuid.UUID, di
         else:
             out[item["topic_id"]] = dict(zip(parts, epochs))
     return out
+
+
+def classic_group(group) -> CoordinatorRecord:
+    """A classic group's snapshot (Kafka's GroupMetadataValue): written when a rebalance
+    completes, when the group empties and when a static member is replaced."""
+    protocol = group.protocol_name
+    return CoordinatorRecord(CLASSIC_GROUP, (group.group_id,), {
+        "protocol_type": group.protocol_type or "", "generation": group.generation, "protocol": protocol,
+        "leader": group.leader_id, "current_state_timestamp": group.state_timestamp,
+        "members": [{
+            "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+            "client_host": m.client_host, "rebalance_timeout": m.rebalance_timeout_ms,
+            "session_timeout": m.session_timeout_ms, "subscription": m.metadata(protocol) or b"",
+            "assignment": m.assignment,
+        } for m in group.members.values()],
+    })
+
+
+def classic_group_tombstone(group: str) -> CoordinatorRecord:
+    return CoordinatorRecord(CLASSIC_GROUP, (group,), None)

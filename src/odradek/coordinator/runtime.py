@@ -18,12 +18,13 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 
+from .classic.rebalance import schedule_heartbeat
 from .config import CoordinatorConfig
 from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
 from .image import MetadataImage
 from .offsets import expire_offsets
 from .records import CoordinatorRecord, decode
-from .shard import Result, Shard, _random_member_id
+from .shard import Result, Shard, Then, _random_member_id
 from .timer import Timer
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class CoordinatorRuntime:
     def load(self, partition: int, records: Iterable[CoordinatorRecord], now_ms: int) -> Shard:
         """Replay a partition's records into a fresh shard and take it over (KIP-848 "Fail Over")."""
         shard = self.new_shard(partition)
+        shard.loading = True
         for record in records:
             shard.replay(record)
         return self._take_over(shard, now_ms)
@@ -85,6 +87,7 @@ class CoordinatorRuntime:
     def load_bytes(self, partition: int, pairs: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> Shard:
         """`load` from the stored (key, value) bytes, as the broker reads them from the log."""
         shard = self.new_shard(partition)
+        shard.loading = True
         # Offset commits are independent of every other record and only the newest value
         # per key matters (exactly what compaction keeps), so an uncompacted log's many
         # rewrites of the same offset are collapsed by key before any of them is decoded.
@@ -106,6 +109,7 @@ class CoordinatorRuntime:
         return self._take_over(shard, now_ms)
 
     def _take_over(self, shard: Shard, now_ms: int) -> Shard:
+        shard.loading = False
         self.shards[shard.partition] = shard
         self._on_loaded(shard, now_ms)
         return shard
@@ -121,6 +125,11 @@ class CoordinatorRuntime:
             for member in group.members.values():
                 arm_timers(shard, group.group_id, member, now_ms)
             self._write(shard, refresh_metadata(shard, group) or assign_if_needed(shard, group), now_ms)
+        # Classic groups resume as of their last completed rebalance; every member gets a
+        # fresh session (consumer-0.9 design "Coordinator failover").
+        for cgroup in shard.classic_groups.values():
+            for member in cgroup.members.values():
+                schedule_heartbeat(shard, cgroup, member, now_ms)
         self._arm_offset_expiry(shard, now_ms)
 
     def _arm_offset_expiry(self, shard: Shard, now_ms: int) -> None:
@@ -133,12 +142,16 @@ class CoordinatorRuntime:
     # --- running operations -----------------------------------------------------------------------
 
     def _write(self, shard: Shard, records: list[CoordinatorRecord], now_ms: int) -> None:
-        if not records:
-            return
-        self.writer(shard.partition, records, now_ms)
-        self.records_written += len(records)
-        for record in records:
-            shard.replay(record)
+        if records:
+            self.writer(shard.partition, records, now_ms)
+            self.records_written += len(records)
+            for record in records:
+                shard.replay(record)
+        if shard.outbox:
+            # Answers go out only after the records they depend on are written.
+            outbox, shard.outbox = shard.outbox, []
+            for reply, response in outbox:
+                reply(response)
 
     def run(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int):
         shard = self.shard_for(group_id)
@@ -149,6 +162,9 @@ class CoordinatorRuntime:
     def run_on(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
         result = op(shard, now_ms)
         self._write(shard, result.records, now_ms)
+        while isinstance(result.response, Then):
+            result = result.response.op(shard, now_ms)
+            self._write(shard, result.records, now_ms)
         return result.response
 
     def tick(self, now_ms: int) -> int:

@@ -18,8 +18,15 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import records as R
+from .classic.model import ClassicGroup, ClassicMember, ClassicState, Reply
 from .config import CoordinatorConfig
-from .consumer.model import ConsumerGroup, ConsumerMember, MemberState, TopicMeta
+from .consumer.model import (
+    ClassicMeta,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    TopicMeta,
+)
 from .image import MetadataImage
 from .timer import Timer
 
@@ -27,6 +34,13 @@ from .timer import Timer
 class Result(NamedTuple):
     records: list[R.CoordinatorRecord]
     response: Any
+
+
+class Then(NamedTuple):
+    """A Result's response that says: once these records are written and replayed, run
+    `op` (KIP-848 online upgrade: the group converts, then the heartbeat runs on it)."""
+
+    op: Any
 
 
 class OffsetEntry(NamedTuple):  # a NamedTuple: one per committed offset, built fast at replay
@@ -57,8 +71,16 @@ class Shard:
         self.new_member_id = new_member_id
         self.group_overrides = group_overrides
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.classic_groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
         self.records_replayed = 0
+        self.loading = False
+        # Answers to classic requests, sent by the runtime once the records of the
+        # operation that produced them are written (Kafka answers after the append too).
+        self.outbox: list[tuple[Reply, dict]] = []
+
+    def respond(self, reply: Reply, response: dict) -> None:
+        self.outbox.append((reply, response))
 
     # --- per-group settings -------------------------------------------------------------------
 
@@ -71,7 +93,7 @@ class Shard:
     # --- lookups ------------------------------------------------------------------------------
 
     def group_ids(self) -> set[str]:
-        return set(self.consumer_groups) | set(self.offsets)
+        return set(self.consumer_groups) | set(self.classic_groups) | set(self.offsets)
 
     # --- replay ---------------------------------------------------------------------------------
 
@@ -80,6 +102,9 @@ class Shard:
         t = record.type
         if t == R.OFFSET_COMMIT:
             self._replay_offset(record)
+            return
+        if t == R.CLASSIC_GROUP:
+            self._replay_classic(record)
             return
         group_id = record.key[0]
         group = self.consumer_groups.get(group_id)
@@ -110,7 +135,7 @@ class Shard:
                     instance_id=v["instance_id"], rack_id=v["rack_id"], client_id=v["client_id"],
                     client_host=v["client_host"], subscribed_topic_names=tuple(v["subscribed_topic_names"]),
                     subscribed_topic_regex=v["subscribed_topic_regex"], server_assignor=v["server_assignor"],
-                    rebalance_timeout_ms=v["rebalance_timeout_ms"],
+                    rebalance_timeout_ms=v["rebalance_timeout_ms"], classic=_classic_meta(v["classic_member_metadata"]),
                 ))
         elif t == R.TARGET_METADATA:
             group.set_target_epoch(0 if v is None else v["assignment_epoch"])
@@ -137,6 +162,32 @@ class Shard:
                     pending_revocation=R.read_partitions(v["partitions_pending_revocation"], epoch),
                 ))
         group.refresh_state()
+
+    def _replay_classic(self, record: R.CoordinatorRecord) -> None:
+        gid = record.key[0]
+        v = record.value
+        if v is None:
+            group = self.classic_groups.pop(gid, None)
+            if group is not None and not group.is_(ClassicState.DEAD):
+                group.transition(ClassicState.DEAD, group.state_timestamp)
+            return
+        if not self.loading:
+            return  # a snapshot of the in-memory group that wrote it (classic/model.py)
+        group = ClassicGroup(gid, v["current_state_timestamp"])
+        group.protocol_type = v["protocol_type"]
+        group.generation = v["generation"]
+        group.protocol_name = v["protocol"]
+        for m in v["members"]:
+            group.add(ClassicMember(
+                member_id=m["member_id"], instance_id=m["group_instance_id"], client_id=m["client_id"],
+                client_host=m["client_host"], rebalance_timeout_ms=m["rebalance_timeout"],
+                session_timeout_ms=m["session_timeout"], protocol_type=v["protocol_type"],
+                protocols=((v["protocol"], m["subscription"]),) if v["protocol"] else (), assignment=m["assignment"],
+            ))
+        group.leader_id = v["leader"] if v["leader"] in group.members else None
+        # Kafka loads a group with members as Stable (its last completed rebalance).
+        group.state = ClassicState.STABLE if group.members else ClassicState.EMPTY
+        self.classic_groups[gid] = group
 
     def replay_offset_bytes(self, key: bytes, value: bytes | None) -> None:
         """Replay a stored OffsetCommit record without building record objects: offset
@@ -166,5 +217,12 @@ class Shard:
     def snapshot(self) -> dict:
         return {
             "consumer_groups": {g: grp.snapshot() for g, grp in sorted(self.consumer_groups.items())},
+            "classic_groups": {g: grp.snapshot() for g, grp in sorted(self.classic_groups.items())},
             "offsets": {g: dict(sorted(o.items())) for g, o in sorted(self.offsets.items())},
         }
+
+
+def _classic_meta(v: dict | None) -> ClassicMeta | None:
+    if v is None:
+        return None
+    return ClassicMeta(v["session_timeout_ms"], tuple((p["name"], p["metadata"]) for p in v["supported_protocols"]))

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     api_versions,
+    classic_group,
     configs,
     consumer_group,
     describe_cluster,

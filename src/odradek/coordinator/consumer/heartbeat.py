@@ -51,6 +51,7 @@ from .assignment import (
 from .model import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ClassicMeta,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
@@ -73,6 +74,9 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    # KIP-848 "Online Migration": set when a classic member's JoinGroup is translated into
+    # this request; None for consumer-protocol heartbeats (which make a member consumer-protocol).
+    classic: ClassicMeta | None = None
 
     @property
     def is_full(self) -> bool:
@@ -126,6 +130,11 @@ def validate(shard: Shard, req: HeartbeatRequest) -> None:
 def heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     try:
         validate(shard, req)
+        if req.group_id in shard.classic_groups:
+            # KIP-848 "Online Migration": the group converts first (its own write), then
+            # this heartbeat runs against the consumer group it became.
+            from ..migration import upgrade
+            return upgrade(shard, req, now_ms)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return leave(shard, req, now_ms)
         return _heartbeat(shard, req, now_ms)
@@ -141,7 +150,8 @@ def _find_member(shard: Shard, group: ConsumerGroup | None, req: HeartbeatReques
             if static is None or static.member_id == req.member_id:
                 existing = group.members.get(req.member_id) if group else None
                 return existing, None
-            if static.member_epoch != STATIC_LEAVE_EPOCH:
+            if static.member_epoch != STATIC_LEAVE_EPOCH and req.classic is None:
+                # (A classic static member replaces its predecessor outright, as KIP-345 has it.)
                 # KIP-848 "Static Membership": the previous incarnation has not left.
                 raise CoordinatorError(UNRELEASED_INSTANCE_ID, f"Static member {static.member_id} with instance id "
                                        f"{req.instance_id} is present in the consumer group.")
@@ -203,6 +213,8 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
     ):
         return None
     gid = req.group_id
+    if m.classic is not None:
+        return None  # a consumer-protocol heartbeat from a classic member converts it: general path
     shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid), _session_op(gid, m.member_id))
     assignment = None
     if req.is_full:
@@ -269,6 +281,7 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
         subscribed_topic_regex=(req.subscribed_topic_regex or None) if req.subscribed_topic_regex is not None
         else base.subscribed_topic_regex,
         server_assignor=req.server_assignor if req.server_assignor is not None else base.server_assignor,
+        classic=req.classic,
     )
 
     members = dict(group.members)
@@ -333,9 +346,9 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
 
 def _metadata_differs(a: ConsumerMember, b: ConsumerMember) -> bool:
     return (a.instance_id, a.rack_id, a.client_id, a.client_host, a.subscribed_topic_names, a.subscribed_topic_regex,
-            a.server_assignor, a.rebalance_timeout_ms) != (
+            a.server_assignor, a.rebalance_timeout_ms, a.classic) != (
         b.instance_id, b.rack_id, b.client_id, b.client_host, b.subscribed_topic_names, b.subscribed_topic_regex,
-        b.server_assignor, b.rebalance_timeout_ms)
+        b.server_assignor, b.rebalance_timeout_ms, b.classic)
 
 
 def _removal_records(gid: str, member_id: str) -> list[R.CoordinatorRecord]:
@@ -344,11 +357,18 @@ def _removal_records(gid: str, member_id: str) -> list[R.CoordinatorRecord]:
             R.member_tombstone(gid, member_id)]
 
 
+def session_timeout_ms(shard: Shard, gid: str, member: ConsumerMember) -> int:
+    # A classic member keeps the session timeout it joined with (KIP-848 "Online Migration").
+    return member.classic.session_timeout_ms if member.classic is not None else shard.session_timeout_ms(gid)
+
+
 def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
     mid = member.member_id
-    shard.timer.schedule(("session", gid, mid), now_ms + shard.session_timeout_ms(gid), _session_op(gid, mid))
+    shard.timer.schedule(("session", gid, mid), now_ms + session_timeout_ms(shard, gid, member), _session_op(gid, mid))
     key = ("rebalance", gid, mid)
-    if member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch != STATIC_LEAVE_EPOCH:
+    # A classic member revokes by rejoining: it has join and sync timers instead (migration.py).
+    if member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch != STATIC_LEAVE_EPOCH \
+            and member.classic is None:
         # KIP-848: the member has the rebalance timeout to revoke, from when it was asked.
         # A static member that left (-2) revokes nothing: only its session runs.
         if key not in shard.timer:
@@ -367,28 +387,36 @@ def _rebalance_timeout(shard: Shard, gid: str, mid: str, epoch: int, now_ms: int
     return expire_member(shard, gid, mid, now_ms)
 
 
+def cancel_member_timers(shard: Shard, gid: str, mid: str) -> None:
+    for kind in ("session", "rebalance", "classic-join", "classic-sync"):
+        shard.timer.cancel((kind, gid, mid))
+
+
 def expire_member(shard: Shard, gid: str, mid: str, now_ms: int) -> Result:
     """Remove a member: it left (-1), or the coordinator gave up on it (session or
     rebalance timeout, a static member that did not come back)."""
     group = shard.consumer_groups.get(gid)
     if group is None or mid not in group.members:
         return Result([], None)
-    shard.timer.cancel(("session", gid, mid))
-    shard.timer.cancel(("rebalance", gid, mid))
+    cancel_member_timers(shard, gid, mid)
+    from ..migration import downgrade_if_possible
+    records = downgrade_if_possible(shard, group, mid, now_ms)
+    if records is not None:
+        return Result(records, None)
     return Result(remove_member_records(shard, group, mid), None)
 
 
-def remove_member_records(shard: Shard, group: ConsumerGroup, mid: str) -> list[R.CoordinatorRecord]:
-    """Remove a member, bump the group epoch and install the next target (KIP-848 "Member Failure")."""
+def remove_member_records(shard: Shard, group: ConsumerGroup, *mids: str) -> list[R.CoordinatorRecord]:
+    """Remove members, bump the group epoch and install the next target (KIP-848 "Member Failure")."""
     gid = group.group_id
-    records = _removal_records(gid, mid)
-    members = {k: v for k, v in group.members.items() if k != mid}
+    records = [r for mid in mids for r in _removal_records(gid, mid)]
+    members = {k: v for k, v in group.members.items() if k not in mids}
     topics = subscribed_topics(members.values(), shard.image)
     if topics != group.subscribed_topics:
         records.append(partition_metadata_record(gid, topics))
     epoch = group.group_epoch + 1
     records.append(R.group_epoch(gid, epoch))
-    old_target = {k: v for k, v in group.target.items() if k != mid}
+    old_target = {k: v for k, v in group.target.items() if k not in mids}
     records += _retarget(shard, group, members, topics, epoch, old_target)[1]
     return records
 

@@ -61,6 +61,14 @@ GROUP_TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMeta:
+    """A consumer-group member that speaks the classic protocol (KIP-848 "Online Migration")."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata) as in its last JoinGroup
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerMember:
     member_id: str
     instance_id: str | None = None
@@ -76,6 +84,7 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    classic: ClassicMeta | None = None  # set while the member is driven by JoinGroup/SyncGroup/Heartbeat
 
     def with_(self, **changes) -> ConsumerMember:
         return replace(self, **changes)

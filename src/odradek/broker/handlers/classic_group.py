@@ -1,0 +1,87 @@
+"""JoinGroup v0-9, SyncGroup v0-5, Heartbeat v0-4, LeaveGroup v0-5: the classic group protocol.
+
+These translate between kio entities and the coordinator's plain request values. A
+JoinGroup or SyncGroup may be answered long after it arrives (when the join phase
+completes or the leader's assignment comes): the coordinator answers through a reply
+callback, which resolves a future this handler awaits. The connection is muted
+meanwhile, as Kafka mutes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...coordinator.classic.join import JoinRequest, join
+from ...coordinator.classic.leave import LeaveIdentity, leave
+from ...coordinator.classic.sync import ClassicHeartbeat, SyncRequest, heartbeat, sync
+from ..registry import api
+from .consumer_group import _ms
+
+
+def _run_parked(broker, group_id: str, op) -> asyncio.Future:
+    """Run `op(shard, reply, now)` and return the future its reply resolves."""
+    fut = asyncio.get_running_loop().create_future()
+
+    def reply(response: dict) -> None:
+        if not fut.done():
+            fut.set_result(response)
+
+    broker.coordinator.runtime.run(group_id, lambda shard, now: op(shard, reply, now), broker.clock())
+    return fut
+
+
+@api(11, "JoinGroup", 0, 9)
+async def join_group(broker, request):
+    b = request.body
+    v = request.api_version
+    session = _ms(b.session_timeout)
+    req = JoinRequest(
+        group_id=b.group_id, member_id=b.member_id, session_timeout_ms=session,
+        # v0 has no rebalance timeout: the session timeout served as both.
+        rebalance_timeout_ms=_ms(b.rebalance_timeout) if v >= 1 else session,
+        protocol_type=b.protocol_type, protocols=tuple((p.name, p.metadata) for p in b.protocols),
+        instance_id=request.field("group_instance_id"), client_id=request.client_id or "",
+        client_host=request.client_host, reason=request.field("reason"), version=v,
+    )
+    response = await _run_parked(broker, b.group_id, lambda shard, reply, now: join(shard, req, reply, now))
+    if v < 7:  # protocol_name became nullable in v7
+        response = {**response, "protocol_name": response["protocol_name"] or ""}
+    return {"throttle_time": 0, **response}
+
+
+@api(14, "SyncGroup", 0, 5)
+async def sync_group(broker, request):
+    b = request.body
+    req = SyncRequest(
+        group_id=b.group_id, member_id=b.member_id, generation=b.generation_id,
+        instance_id=request.field("group_instance_id"), protocol_type=request.field("protocol_type"),
+        protocol_name=request.field("protocol_name"),
+        assignments=tuple((a.member_id, a.assignment) for a in b.assignments),
+    )
+    response = await _run_parked(broker, b.group_id, lambda shard, reply, now: sync(shard, req, reply, now))
+    return {"throttle_time": 0, **response}
+
+
+@api(12, "Heartbeat", 0, 4)
+def heartbeat_api(broker, request):
+    b = request.body
+    req = ClassicHeartbeat(b.group_id, b.member_id, b.generation_id, request.field("group_instance_id"))
+    response = broker.coordinator.runtime.run(b.group_id, lambda shard, now: heartbeat(shard, req, now), broker.clock())
+    return {"throttle_time": 0, **response}
+
+
+@api(13, "LeaveGroup", 0, 5)
+def leave_group(broker, request):
+    b = request.body
+    v = request.api_version
+    if v < 3:
+        identities = (LeaveIdentity(b.member_id),)
+    else:
+        identities = tuple(LeaveIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in b.members)
+    response = broker.coordinator.runtime.run(
+        b.group_id, lambda shard, now: leave(shard, b.group_id, identities, now), broker.clock())
+    if v < 3:
+        # One member: its own error is the answer.
+        code = response["error_code"] or (response["members"][0]["error_code"] if response["members"] else 0)
+        return {"throttle_time": 0, "error_code": code}
+    return {"throttle_time": 0, **response}

@@ -1,0 +1,179 @@
+"""The in-memory model of a classic group (the 0.9 consumer design's group membership).
+
+Theory of operation (consumer-0.9-rewrite-design "Consumer group management", Kafka's
+ClassicGroup): members join (JoinGroup), the coordinator waits until every known member
+has rejoined or the rebalance timeout passed, bumps the generation, picks a leader and a
+protocol every member supports, hands the leader everybody's metadata, and the leader's
+SyncGroup brings the assignment that the coordinator distributes.
+
+Unlike a consumer group, a classic group's rebalance is mostly transient: who is
+waiting in JoinGroup or SyncGroup is not persisted, in Kafka or here. Only the group as of
+its last completed rebalance (generation, protocol, leader, members with their
+assignment) is written, as a GroupMetadata record, and only loading replays it; the
+handlers change the transient state directly, as Kafka's classic group does (its writes
+are not replayed either).
+
+States and the moves between them are the table `CLASSIC_TRANSITIONS` (Kafka's
+ClassicGroupState valid previous states, inverted); any other move is an assertion
+failure.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Reply = Callable[[dict], None]
+
+
+class ClassicState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+S = ClassicState
+CLASSIC_TRANSITIONS: dict[ClassicState, frozenset[ClassicState]] = {
+    S.EMPTY: frozenset({S.PREPARING_REBALANCE, S.DEAD}),
+    S.PREPARING_REBALANCE: frozenset({S.COMPLETING_REBALANCE, S.EMPTY, S.DEAD}),
+    S.COMPLETING_REBALANCE: frozenset({S.STABLE, S.PREPARING_REBALANCE, S.DEAD}),
+    S.STABLE: frozenset({S.PREPARING_REBALANCE, S.DEAD}),
+    S.DEAD: frozenset({S.DEAD}),
+}
+
+
+@dataclass(slots=True, eq=False)
+class ClassicMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in the member's preference order
+    assignment: bytes = b""
+    join_reply: Reply | None = None  # a JoinGroup parked until the join phase completes
+    join_version: int = 0
+    sync_reply: Reply | None = None  # a SyncGroup parked until the leader's assignment arrives
+    is_new: bool = False
+
+    def metadata(self, protocol: str | None) -> bytes | None:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return None
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.protocols]
+
+    def snapshot(self) -> dict:
+        return {"instance_id": self.instance_id, "client_id": self.client_id, "client_host": self.client_host,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms, "session_timeout_ms": self.session_timeout_ms,
+                "assignment": self.assignment}
+
+
+class ClassicGroup:
+    def __init__(self, group_id: str, now_ms: int = 0) -> None:
+        self.group_id = group_id
+        self.state = ClassicState.EMPTY
+        self.previous_state: ClassicState | None = None
+        self.state_timestamp = now_ms
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.generation = 0
+        self.leader_id: str | None = None
+        self.members: dict[str, ClassicMember] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id (KIP-345)
+        self.pending_members: set[str] = set()  # told MEMBER_ID_REQUIRED, not joined yet (KIP-394)
+        self.pending_sync: set[str] = set()  # joined this generation, SyncGroup not seen yet
+        self.new_member_added = False  # extends the initial rebalance delay
+        self.initial_delay = False  # the join phase waits out group.initial.rebalance.delay.ms
+
+    # --- state ---------------------------------------------------------------------------
+
+    def transition(self, new: ClassicState, now_ms: int) -> None:
+        assert new in CLASSIC_TRANSITIONS[self.state], f"classic group {self.group_id}: illegal {self.state} -> {new}"
+        self.previous_state = self.state
+        self.state = new
+        self.state_timestamp = now_ms
+
+    def is_(self, *states: ClassicState) -> bool:
+        return self.state in states
+
+    # --- membership ------------------------------------------------------------------------
+
+    def add(self, member: ClassicMember) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if member.instance_id:
+            self.static_members[member.instance_id] = member.member_id
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+
+    def remove(self, member_id: str) -> ClassicMember | None:
+        member = self.members.pop(member_id, None)
+        self.pending_sync.discard(member_id)
+        if member is None:
+            return None
+        if member.instance_id and self.static_members.get(member.instance_id) == member_id:
+            del self.static_members[member.instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def member_by_instance(self, instance_id: str | None) -> ClassicMember | None:
+        mid = self.static_members.get(instance_id) if instance_id else None
+        return self.members.get(mid) if mid else None
+
+    def awaiting_join(self) -> int:
+        return sum(1 for m in self.members.values() if m.join_reply is not None)
+
+    def all_joined(self) -> bool:
+        return not self.pending_members and all(m.join_reply is not None for m in self.members.values())
+
+    def rebalance_timeout_ms(self) -> int:
+        # Kafka waits for the slowest member: the largest rebalance timeout of the group.
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    # --- protocols (consumer-0.9 design "Protocol selection") ---------------------------------
+
+    def candidate_protocols(self) -> list[str]:
+        """The protocols every member supports, in the first member's order."""
+        members = list(self.members.values())
+        if not members:
+            return []
+        common = set(members[0].names())
+        for m in members[1:]:
+            common &= set(m.names())
+        return [n for n in members[0].names() if n in common]
+
+    def supports(self, protocol_type: str, names: list[str]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and any(n in set(names) for n in self.candidate_protocols())
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred protocol that all support; most votes win
+        (ties go to the earliest candidate)."""
+        candidates = self.candidate_protocols()
+        votes = dict.fromkeys(candidates, 0)
+        for m in self.members.values():
+            for name in m.names():
+                if name in votes:
+                    votes[name] += 1
+                    break
+        return max(candidates, key=lambda n: votes[n])
+
+    def snapshot(self) -> dict:
+        """The persisted part of the group, for comparisons across a restart."""
+        return {
+            "group_id": self.group_id, "state": self.state.value, "protocol_type": self.protocol_type,
+            "protocol_name": self.protocol_name, "generation": self.generation, "leader_id": self.leader_id,
+            "members": {k: m.snapshot() for k, m in sorted(self.members.items())},
+            "static_members": dict(sorted(self.static_members.items())),
+        }

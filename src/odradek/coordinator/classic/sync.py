@@ -1,0 +1,141 @@
+"""SyncGroup and Heartbeat for classic groups (consumer-0.9-rewrite-design "SyncGroup", "Heartbeat").
+
+Theory of operation: after the join phase, every member sends SyncGroup; the leader's
+carries the assignment. Followers that arrive first are parked; the leader's sync
+persists the group (GroupMetadata record, the point from which a restarted coordinator
+resumes), makes it Stable and answers everyone parked. Later syncs in Stable get their
+stored assignment at once. Heartbeats keep the session alive and tell members of a
+rebalance (REBALANCE_IN_PROGRESS) so they rejoin.
+
+Checks, in Kafka's order: unknown group or member -> UNKNOWN_MEMBER_ID; a static member
+whose instance id now maps to another member -> FENCED_INSTANCE_ID; another generation
+-> ILLEGAL_GENERATION; (SyncGroup v5+) another protocol type or name ->
+INCONSISTENT_GROUP_PROTOCOL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import records as R
+from ..errors import (
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    CoordinatorError,
+)
+from ..shard import Result, Shard
+from .model import ClassicGroup, ClassicMember, ClassicState, Reply
+from .rebalance import schedule_heartbeat, sync_error
+
+S = ClassicState
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    member_id: str
+    generation: int
+    instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: tuple[tuple[str, bytes], ...] = ()
+
+
+def check_member(group: ClassicGroup | None, member_id: str, instance_id: str | None) -> ClassicMember:
+    if group is None:
+        raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
+    if instance_id:
+        owner = group.static_members.get(instance_id)
+        if owner is None:
+            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if owner != member_id:
+            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
+                                   f"was fenced by member {owner}.")
+    member = group.members.get(member_id)
+    if member is None:
+        raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+    return member
+
+
+def check_generation(generation: int, expected: int) -> None:
+    if generation != expected:
+        raise CoordinatorError(ILLEGAL_GENERATION, f"Generation {generation} is not the current {expected}.")
+
+
+def _sync_ok(group: ClassicGroup, assignment: bytes) -> dict:
+    return {"error_code": NONE, "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
+            "assignment": assignment}
+
+
+def sync(shard: Shard, req: SyncRequest, reply: Reply, now_ms: int) -> Result:
+    if not req.group_id:  # Kafka checks the id before looking the group up
+        shard.respond(reply, sync_error(INVALID_GROUP_ID))
+        return Result([], None)
+    consumer = shard.consumer_groups.get(req.group_id)
+    if consumer is not None:
+        from .. import migration
+        return migration.sync(shard, consumer, req, reply, now_ms)
+    group = shard.classic_groups.get(req.group_id)
+    try:
+        member = check_member(group, req.member_id, req.instance_id)
+        check_generation(req.generation, group.generation)
+        if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
+                req.protocol_name is not None and req.protocol_name != group.protocol_name):
+            raise CoordinatorError(INCONSISTENT_GROUP_PROTOCOL, "The protocol type or name does not match the group's.")
+        if group.is_(S.PREPARING_REBALANCE):
+            raise CoordinatorError(REBALANCE_IN_PROGRESS, "The group is rebalancing: rejoin.")
+    except CoordinatorError as exc:
+        shard.respond(reply, sync_error(exc.code))
+        return Result([], None)
+    schedule_heartbeat(shard, group, member, now_ms)
+    group.pending_sync.discard(member.member_id)
+    if group.is_(S.STABLE):
+        shard.respond(reply, _sync_ok(group, member.assignment))
+        return Result([], None)
+    # CompletingRebalance
+    if member.sync_reply is not None and member.sync_reply is not reply:
+        shard.respond(member.sync_reply, sync_error(UNKNOWN_MEMBER_ID))
+    member.sync_reply = reply
+    if member.member_id != group.leader_id:
+        return Result([], None)
+    given = dict(req.assignments)
+    for m in group.members.values():
+        m.assignment = given.get(m.member_id, b"")  # members the leader left out get nothing
+    group.transition(S.STABLE, now_ms)
+    for m in group.members.values():
+        if m.sync_reply is not None:
+            shard.respond(m.sync_reply, _sync_ok(group, m.assignment))
+            m.sync_reply = None
+    return Result([R.classic_group(group)], None)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicHeartbeat:
+    group_id: str
+    member_id: str
+    generation: int
+    instance_id: str | None = None
+
+
+def heartbeat(shard: Shard, req: ClassicHeartbeat, now_ms: int) -> Result:
+    if not req.group_id:
+        return Result([], {"error_code": INVALID_GROUP_ID})
+    consumer = shard.consumer_groups.get(req.group_id)
+    if consumer is not None:
+        from .. import migration
+        return migration.classic_heartbeat(shard, consumer, req, now_ms)
+    group = shard.classic_groups.get(req.group_id)
+    try:
+        member = check_member(group, req.member_id, req.instance_id)
+        check_generation(req.generation, group.generation)
+    except CoordinatorError as exc:
+        return Result([], {"error_code": exc.code})
+    schedule_heartbeat(shard, group, member, now_ms)
+    if group.is_(S.PREPARING_REBALANCE):
+        return Result([], {"error_code": REBALANCE_IN_PROGRESS})
+    return Result([], {"error_code": NONE})

@@ -1,0 +1,364 @@
+"""Online migration between classic and consumer groups (KIP-848 "Supporting Online Consumer
+Group Upgrade", "Online Migration"), and classic members inside a consumer group.
+
+Theory of operation:
+  * Upgrade. A ConsumerGroupHeartbeat joining (epoch 0) a classic group: an Empty classic
+    group is simply replaced; a non-empty one whose protocol type is "consumer" becomes a
+    consumer group when `group.consumer.migration.policy` allows upgrades and it fits
+    `group.consumer.max.size`. The group epoch and every member epoch become the classic
+    generation, each member's assignment (decoded from its ConsumerProtocolAssignment) is
+    both its current and its target assignment, and its subscription comes from its
+    metadata for the selected protocol. Parked JoinGroup/SyncGroup requests get
+    REBALANCE_IN_PROGRESS. Otherwise the heartbeat gets GROUP_ID_NOT_FOUND, as in Kafka.
+    The conversion is written as its own batch, then the heartbeat runs on the consumer
+    group (Kafka writes both in one batch; a heartbeat that then fails leaves the group
+    converted, which it would be at the next join anyway).
+  * Classic members of a consumer group are driven by the consumer protocol's machinery.
+    JoinGroup is translated into a full heartbeat (topics and owned partitions from the
+    subscription) and answered with generation = the member epoch after reconciliation
+    and no leader, so every classic member is a follower and the coordinator assigns.
+    SyncGroup returns the member's current assignment, which excludes partitions it must
+    revoke (KIP-848: revocation before assignment): a cooperative client revokes them and
+    rejoins, an eager one revoked everything before rejoining. Heartbeat answers
+    REBALANCE_IN_PROGRESS while the member is behind the group epoch, must revoke, or
+    has partitions released to it, so it rejoins; the member then has its rebalance
+    timeout to rejoin and to sync, or it is fenced.
+  * Downgrade. When the last consumer-protocol member leaves (-1) or is fenced and the
+    others are classic members, the policy allows downgrades and they fit
+    `group.max.size`, the group becomes a Stable classic group at generation = group
+    epoch with each member's target assignment, and a rebalance starts so the classic
+    members rejoin under the classic protocol.
+"""
+
+from __future__ import annotations
+
+from . import records as R
+from .classic.join import JoinRequest
+from .classic.leave import LeaveIdentity
+from .classic.model import ClassicGroup, ClassicMember, ClassicState, Reply
+from .classic.rebalance import (
+    error_join,
+    prepare_rebalance,
+    schedule_heartbeat,
+    sync_error,
+)
+from .classic.sync import ClassicHeartbeat, SyncRequest, check_generation
+from .consumer.assignment import partition_metadata_record, subscribed_topics
+from .consumer.heartbeat import (
+    HeartbeatRequest,
+    _heartbeat,
+    arm_timers,
+    cancel_member_timers,
+    expire_member,
+    heartbeat,
+    remove_member_records,
+    session_timeout_ms,
+)
+from .consumer.model import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState
+from .consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    metadata_version,
+)
+from .errors import (
+    FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
+    INCONSISTENT_GROUP_PROTOCOL,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    CoordinatorError,
+)
+from .records import RecordError
+from .shard import Result, Shard, Then
+
+CONSUMER = "consumer"
+
+
+# --- upgrade: classic -> consumer --------------------------------------------------------------
+
+
+def upgrade(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+    gid = req.group_id
+    classic = shard.classic_groups[gid]
+    if req.member_epoch != 0:
+        raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Group {gid} is a classic group.")
+    if classic.is_(ClassicState.EMPTY) and not classic.members:
+        records = [R.classic_group_tombstone(gid)]  # an idle classic group is simply replaced
+    else:
+        cfg = shard.config
+        if not cfg.allows_upgrade() or classic.protocol_type != CONSUMER or len(classic.members) > cfg.max_size:
+            raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Classic group {gid} cannot be upgraded to a consumer group "
+                                   f"(migration policy {cfg.migration_policy}, protocol type {classic.protocol_type!r}, "
+                                   f"{len(classic.members)} members).")
+        records = _conversion_records(shard, classic, now_ms)
+    return Result(records, Then(lambda s, now: heartbeat(s, req, now)))
+
+
+def _names_to_ids(shard: Shard, parts: dict[str, frozenset[int]]) -> dict:
+    out = {}
+    for name, ps in parts.items():
+        meta = shard.image.topics.get(name)
+        if meta is not None and ps:
+            out[meta.topic_id] = frozenset(p for p in ps if p < meta.partitions)
+    return out
+
+
+def _ids_to_names(shard: Shard, parts) -> dict[str, list[int]]:
+    out = {}
+    for t, ps in parts.items():
+        meta = shard.image.by_id(t)
+        if meta is not None and ps:
+            out[meta.name] = sorted(ps)
+    return out
+
+
+def _conversion_records(shard: Shard, classic: ClassicGroup, now_ms: int) -> list[R.CoordinatorRecord]:
+    gid = classic.group_id
+    gen = classic.generation
+    members = []
+    try:
+        for m in classic.members.values():
+            meta = m.metadata(classic.protocol_name) if classic.protocol_name else (m.protocols[0][1] if m.protocols else None)
+            sub = decode_subscription(meta or b"")
+            # An empty assignment (a first rebalance not completed yet) holds nothing.
+            assigned = _names_to_ids(shard, decode_assignment(m.assignment)) if m.assignment else {}
+            members.append(ConsumerMember(
+                member_id=m.member_id, instance_id=m.instance_id, rack_id=sub.rack_id, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
+                rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=gen, previous_member_epoch=gen,
+                state=MemberState.STABLE, assigned={t: dict.fromkeys(ps, gen) for t, ps in assigned.items() if ps},
+                classic=ClassicMeta(m.session_timeout_ms, m.protocols),
+            ))
+    except RecordError as exc:
+        raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Classic group {gid} cannot be upgraded: {exc}") from None
+    # Parked classic requests: their members rejoin through the consumer group.
+    for m in classic.members.values():
+        if m.join_reply is not None:
+            shard.respond(m.join_reply, error_join(REBALANCE_IN_PROGRESS, m.member_id))
+        if m.sync_reply is not None:
+            shard.respond(m.sync_reply, sync_error(REBALANCE_IN_PROGRESS))
+        shard.timer.cancel(("classic-session", gid, m.member_id))
+    for key in (("classic-join", gid), ("classic-sync", gid)):
+        shard.timer.cancel(key)
+    records = [R.classic_group_tombstone(gid)]
+    records += [R.member_metadata(gid, m) for m in members]
+    records.append(partition_metadata_record(gid, subscribed_topics(members, shard.image)))
+    records.append(R.group_epoch(gid, gen))
+    records += [R.target_member(gid, m.member_id, {t: ps.keys() for t, ps in m.assigned.items()}) for m in members]
+    records.append(R.target_epoch(gid, gen))
+    records += [R.current_assignment(gid, m) for m in members]
+    for m in members:
+        arm_timers(shard, gid, m, now_ms)
+    return records
+
+
+# --- classic members of a consumer group ----------------------------------------------------------
+
+
+def _join_error(shard: Shard, reply: Reply, code: int, member_id: str = "") -> Result:
+    shard.respond(reply, error_join(code, member_id))
+    return Result([], None)
+
+
+def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now_ms: int) -> Result:
+    gid = group.group_id
+    if req.protocol_type != CONSUMER or not req.protocols or not _supports(group, req):
+        return _join_error(shard, reply, INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+    mid = req.member_id
+    if not mid:
+        mid = shard.new_member_id()
+        if req.instance_id is None and req.version >= 4:
+            return _join_error(shard, reply, MEMBER_ID_REQUIRED, mid)
+    elif req.instance_id is not None:
+        static = group.member_by_instance(req.instance_id)
+        if static is None:
+            return _join_error(shard, reply, UNKNOWN_MEMBER_ID, mid)
+        if static.member_id != mid:
+            return _join_error(shard, reply, FENCED_INSTANCE_ID, mid)
+    try:
+        sub = decode_subscription(req.protocols[0][1])
+    except RecordError as exc:
+        shard.respond(reply, {**error_join(INCONSISTENT_GROUP_PROTOCOL, mid), "error_message": str(exc)})
+        return Result([], None)
+    existing = group.members.get(mid)
+    hreq = HeartbeatRequest(
+        group_id=gid, member_id=mid, member_epoch=existing.member_epoch if existing and existing.member_epoch > 0 else 0,
+        instance_id=req.instance_id, rack_id=sub.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,
+        subscribed_topic_names=sub.topics, subscribed_topic_regex="", owned=_names_to_ids(shard, sub.owned),
+        client_id=req.client_id, client_host=req.client_host, classic=ClassicMeta(req.session_timeout_ms, req.protocols),
+    )
+    try:
+        result = _heartbeat(shard, hreq, now_ms)
+    except CoordinatorError as exc:
+        return _join_error(shard, reply, exc.code, mid)
+    shard.timer.cancel(("classic-join", gid, mid))
+    shard.timer.schedule(("classic-sync", gid, mid), now_ms + req.rebalance_timeout_ms,
+                         lambda s, now: _fence(s, gid, mid, now))
+    shard.respond(reply, {
+        "error_code": NONE, "generation_id": result.response["member_epoch"], "protocol_type": CONSUMER,
+        "protocol_name": req.protocols[0][0], "leader": "", "skip_assignment": False, "member_id": mid, "members": [],
+    })
+    return Result(result.records, None)
+
+
+def _supports(group: ConsumerGroup, req: JoinRequest) -> bool:
+    names = {n for n, _ in req.protocols}
+    classic = [m for m in group.members.values() if m.classic is not None and m.member_id != req.member_id]
+    if not classic:
+        return True
+    common = set.intersection(*({n for n, _ in m.classic.protocols} for m in classic))
+    return bool(names & common)
+
+
+def _fence(shard: Shard, gid: str, mid: str, now_ms: int) -> Result:
+    """A classic member that did not rejoin or sync within its rebalance timeout."""
+    return expire_member(shard, gid, mid, now_ms)
+
+
+def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerMember:
+    if instance_id is not None:
+        member = group.member_by_instance(instance_id)
+        if member is None:
+            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if member.member_id != member_id:
+            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
+                                   f"was fenced by member {member.member_id}.")
+    else:
+        member = group.members.get(member_id)
+    if member is None or member.classic is None:
+        raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of group {group.group_id}.")
+    return member
+
+
+def _rebalance_needed(shard: Shard, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> bool:
+    needed = (
+        member.member_epoch < group.group_epoch
+        or member.state is MemberState.UNREVOKED_PARTITIONS
+        or (member.state is MemberState.UNRELEASED_PARTITIONS and not _waiting_on_unreleased(group, member))
+    )
+    key = ("classic-join", group.group_id, member.member_id)
+    if needed and key not in shard.timer:
+        gid, mid = group.group_id, member.member_id
+        shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0), lambda s, now: _fence(s, gid, mid, now))
+    return needed
+
+
+def _waiting_on_unreleased(group: ConsumerGroup, member: ConsumerMember) -> bool:
+    """True while some partition of its target is still held by another member."""
+    for t, ps in group.target.get(member.member_id, {}).items():
+        mine = member.assigned.get(t, {})
+        for p in ps:
+            if p not in mine and group.owners.get((t, p)) not in (None, member.member_id):
+                return True
+    return False
+
+
+def _session(shard: Shard, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> None:
+    gid, mid = group.group_id, member.member_id
+    shard.timer.schedule(("session", gid, mid), now_ms + session_timeout_ms(shard, gid, member),
+                         lambda s, now: expire_member(s, gid, mid, now))
+
+
+def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now_ms: int) -> Result:
+    try:
+        member = _classic_member(group, req.member_id, req.instance_id)
+        check_generation(req.generation, member.member_epoch)
+        if (req.protocol_type is not None and req.protocol_type != CONSUMER) or (
+                req.protocol_name is not None and req.protocol_name != member.classic.protocols[0][0]):
+            raise CoordinatorError(INCONSISTENT_GROUP_PROTOCOL, "The protocol type or name does not match the member's.")
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            _rebalance_needed(shard, group, member, now_ms)
+            raise CoordinatorError(REBALANCE_IN_PROGRESS, "The group epoch moved: rejoin.")
+    except CoordinatorError as exc:
+        shard.respond(reply, sync_error(exc.code))
+        return Result([], None)
+    gid = group.group_id
+    shard.timer.cancel(("classic-sync", gid, member.member_id))
+    _session(shard, group, member, now_ms)
+    names = _ids_to_names(shard, member.assigned)
+    version = metadata_version(member.classic.protocols[0][1] if member.classic.protocols else None)
+    shard.respond(reply, {"error_code": NONE, "protocol_type": req.protocol_type, "protocol_name": req.protocol_name,
+                          "assignment": encode_assignment(names, version)})
+    return Result([], None)
+
+
+def classic_heartbeat(shard: Shard, group: ConsumerGroup, req: ClassicHeartbeat, now_ms: int) -> Result:
+    try:
+        member = _classic_member(group, req.member_id, req.instance_id)
+        check_generation(req.generation, member.member_epoch)
+    except CoordinatorError as exc:
+        return Result([], {"error_code": exc.code})
+    _session(shard, group, member, now_ms)
+    if _rebalance_needed(shard, group, member, now_ms):
+        return Result([], {"error_code": REBALANCE_IN_PROGRESS})
+    return Result([], {"error_code": NONE})
+
+
+def leave(shard: Shard, group: ConsumerGroup, identities: tuple[LeaveIdentity, ...], now_ms: int) -> Result:
+    rows, leaving = [], []
+    for ident in identities:
+        code = NONE
+        try:
+            if ident.instance_id is not None and not ident.member_id:
+                member = group.member_by_instance(ident.instance_id)  # admin removal of a static member
+                if member is None or member.classic is None:
+                    raise CoordinatorError(UNKNOWN_MEMBER_ID)
+            else:
+                member = _classic_member(group, ident.member_id, ident.instance_id)
+            leaving.append(member.member_id)
+        except CoordinatorError as exc:
+            code = exc.code
+        rows.append({"member_id": ident.member_id, "group_instance_id": ident.instance_id, "error_code": code})
+    records = []
+    if leaving:
+        for mid in leaving:
+            cancel_member_timers(shard, group.group_id, mid)
+        records = remove_member_records(shard, group, *leaving)
+    return Result(records, {"error_code": NONE, "members": rows})
+
+
+# --- downgrade: consumer -> classic --------------------------------------------------------------
+
+
+def downgrade_if_possible(shard: Shard, group: ConsumerGroup, leaving_mid: str, now_ms: int):
+    """Records converting the group to a classic one as `leaving_mid` goes, or None if it stays."""
+    leaving = group.members.get(leaving_mid)
+    others = [m for m in group.members.values() if m.member_id != leaving_mid]
+    if leaving is None or leaving.classic is not None or not others or any(m.classic is None for m in others):
+        return None
+    cfg = shard.config
+    if not cfg.allows_downgrade() or len(others) > cfg.classic_max_size:
+        return None
+    gid = group.group_id
+    records = [R.current_assignment_tombstone(gid, mid) for mid in group.members]
+    records += [R.target_member_tombstone(gid, mid) for mid in group.target]
+    records.append(R.target_epoch_tombstone(gid))
+    records += [R.member_tombstone(gid, mid) for mid in group.members]
+    records += [R.partition_metadata_tombstone(gid), R.group_tombstone(gid)]
+    classic = ClassicGroup(gid, now_ms)
+    classic.generation = group.group_epoch
+    classic.protocol_type = CONSUMER
+    for m in others:
+        classic.add(ClassicMember(
+            member_id=m.member_id, instance_id=m.instance_id, client_id=m.client_id, client_host=m.client_host,
+            rebalance_timeout_ms=m.rebalance_timeout_ms, session_timeout_ms=m.classic.session_timeout_ms,
+            protocol_type=CONSUMER, protocols=m.classic.protocols,
+        ))
+    classic.protocol_name = classic.select_protocol()
+    for m in others:
+        cm = classic.members[m.member_id]
+        cm.assignment = encode_assignment(_ids_to_names(shard, group.target.get(m.member_id, {})),
+                                          metadata_version(cm.metadata(classic.protocol_name)))
+    # A conversion creates the classic group as Kafka does, Stable at the group epoch.
+    classic.state = ClassicState.STABLE
+    records.append(R.classic_group(classic))
+    shard.classic_groups[gid] = classic
+    for mid in group.members:
+        cancel_member_timers(shard, gid, mid)
+    for cm in classic.members.values():
+        schedule_heartbeat(shard, classic, cm, now_ms)
+    # The classic members learn of the new generation by REBALANCE_IN_PROGRESS and rejoin.
+    return records + prepare_rebalance(shard, classic, now_ms)
