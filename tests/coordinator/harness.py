@@ -13,7 +13,8 @@ import uuid
 from odradek.coordinator import records as R
 from odradek.coordinator.classic.join import JoinRequest, join
 from odradek.coordinator.classic.leave import LeaveIdentity, leave
-from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest, heartbeat as classic_heartbeat, sync
+from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest, sync
+from odradek.coordinator.classic.sync import heartbeat as classic_heartbeat
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
 from odradek.coordinator.image import MetadataImage
@@ -154,7 +155,7 @@ class Coord:
         return self.runtime.shard_for(gid).classic_groups.get(gid)
 
     def join_member(self, group="g", **kw) -> str:
-        """A dynamic member through MEMBER_ID_REQUIRED: returns its member id (its join is parked or answered)."""
+        """The MEMBER_ID_REQUIRED round of a dynamic member (v4+): returns the member id it was given."""
         first = self.join(group, **kw)
         assert int(first[0]["error_code"]) == 79, first  # MEMBER_ID_REQUIRED
         return first[0]["member_id"]

@@ -569,3 +569,25 @@ def test_load_bytes_collapses_offset_rewrites_to_the_same_state():
     sb = b.load_bytes(0, [R.encode(r) for r in recs], 0)
     assert sa.snapshot() == sb.snapshot()
     assert sb.records_replayed == len(recs)
+
+
+def test_a_classic_group_over_group_max_size_after_a_restart_rebalances():
+    # Kafka's onLoaded: a group bigger than group.max.size (lowered meanwhile) rebalances
+    # at once, and the members that rejoin last are refused.
+    import dataclasses
+
+    from odradek.coordinator.classic.model import ClassicState
+
+    from .classic.helpers import form
+
+    c = Coord()
+    mids, _leader, gen = form(c, 3)
+    assert c.classic().state is ClassicState.STABLE
+    c.config = dataclasses.replace(c.config, classic_max_size=2)
+    c.restart()
+    assert c.classic().state is ClassicState.PREPARING_REBALANCE
+    answers = [c.join(member=m) for m in mids]
+    assert [a[0]["error_code"] for a in answers[2:]] == [81]  # GROUP_MAX_SIZE_REACHED
+    c.advance(30_000)  # the join phase ends at the rebalance timeout, as in Kafka
+    assert all(a and a[0]["error_code"] == 0 for a in answers[:2])
+    assert len(c.classic().members) == 2 and c.classic().generation == gen + 1

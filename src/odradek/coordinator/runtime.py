@@ -18,7 +18,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 
-from .classic.rebalance import schedule_heartbeat
+from .classic.rebalance import prepare_rebalance, schedule_heartbeat
 from .config import CoordinatorConfig
 from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
 from .image import MetadataImage
@@ -127,9 +127,12 @@ class CoordinatorRuntime:
             self._write(shard, refresh_metadata(shard, group) or assign_if_needed(shard, group), now_ms)
         # Classic groups resume as of their last completed rebalance; every member gets a
         # fresh session (consumer-0.9 design "Coordinator failover").
-        for cgroup in shard.classic_groups.values():
+        for cgroup in list(shard.classic_groups.values()):
             for member in cgroup.members.values():
                 schedule_heartbeat(shard, cgroup, member, now_ms)
+            if len(cgroup.members) > self.config.classic_max_size:
+                # group.max.size was lowered: rebalance, and the last to rejoin are refused.
+                self._write(shard, prepare_rebalance(shard, cgroup, now_ms), now_ms)
         self._arm_offset_expiry(shard, now_ms)
 
     def _arm_offset_expiry(self, shard: Shard, now_ms: int) -> None:

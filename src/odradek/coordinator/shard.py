@@ -174,7 +174,7 @@ class Shard:
         if not self.loading:
             return  # a snapshot of the in-memory group that wrote it (classic/model.py)
         group = ClassicGroup(gid, v["current_state_timestamp"])
-        group.protocol_type = v["protocol_type"]
+        group.protocol_type = v["protocol_type"] or None  # Kafka writes "" for a group that never formed
         group.generation = v["generation"]
         group.protocol_name = v["protocol"]
         for m in v["members"]:
