@@ -226,3 +226,38 @@ def test_validate_group_config_checks_a_single_override_against_the_other_defaul
 
 def test_group_config_error_is_a_value_error():
     assert issubclass(GroupConfigError, ValueError)
+
+
+def test_classic_and_migration_keys_default_to_kafkas():
+    cfg = CoordinatorConfig()
+    assert (cfg.classic_min_session_timeout_ms, cfg.classic_max_session_timeout_ms) == (6_000, 1_800_000)
+    assert cfg.initial_rebalance_delay_ms == 3_000 and cfg.classic_max_size == 2**31 - 1
+    assert cfg.migration_policy == "bidirectional" and cfg.allows_upgrade() and cfg.allows_downgrade()
+    props = cfg.properties()
+    assert props["group.min.session.timeout.ms"] == "6000" and props["group.consumer.migration.policy"] == "bidirectional"
+
+
+@pytest.mark.parametrize("policy,up,down", [
+    ("BIDIRECTIONAL", True, True), ("upgrade", True, False), ("Downgrade", False, True), ("disabled", False, False)])
+def test_migration_policy_is_case_insensitive(policy, up, down):
+    cfg = CoordinatorConfig.from_properties({"group.consumer.migration.policy": policy})
+    assert (cfg.allows_upgrade(), cfg.allows_downgrade()) == (up, down)
+
+
+@pytest.mark.parametrize("props", [
+    {"group.consumer.migration.policy": "sideways"},
+    {"group.min.session.timeout.ms": "7000", "group.max.session.timeout.ms": "6000"},
+    {"group.initial.rebalance.delay.ms": "-1"},
+    {"group.max.size": "0"},
+])
+def test_bad_classic_settings_are_rejected(props):
+    with pytest.raises(ValueError):
+        CoordinatorConfig.from_properties(props)
+
+
+def test_classic_keys_parse():
+    cfg = CoordinatorConfig.from_properties({
+        "group.min.session.timeout.ms": "1000", "group.max.session.timeout.ms": "9000",
+        "group.initial.rebalance.delay.ms": "0", "group.classic.max.size": "5"})
+    assert (cfg.classic_min_session_timeout_ms, cfg.classic_max_session_timeout_ms, cfg.initial_rebalance_delay_ms,
+            cfg.classic_max_size) == (1000, 9000, 0, 5)
