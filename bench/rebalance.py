@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""KIP-848 rebalance latency with real librdkafka consumers (group.protocol=consumer).
+"""Rebalance latency with real librdkafka consumers: KIP-848 (group.protocol=consumer) and,
+side by side on the same broker, the classic protocol (JoinGroup/SyncGroup).
 
 This is a benchmark script, not a test. For every heartbeat interval in ``--intervals``
 it starts a fresh ``odradek broker`` subprocess on 127.0.0.1 with
 ``-o group.consumer.heartbeat.interval.ms=H -o group.consumer.min.heartbeat.interval.ms=H``
-and measures (``--sections``):
+and measures the sections ``growth`` and ``join``; the section ``protocols`` has a broker
+of its own (``--sections`` picks them):
 
 ``growth``  Rebalance after partition growth. ``--consumers`` librdkafka consumers (one
             process each by default, ``--mode threads`` runs them as threads of one
@@ -26,21 +28,44 @@ and measures (``--sections``):
             fresh group id per run, auto.offset.reset=earliest). The consumer runs in this
             process; the table shows the median and the range, and when the assignment
             arrived (on_assign) on the way. Goal: < 0.5 s.
+``protocols`` The ``growth`` measurement for both group protocols against ONE broker
+            process (started with ``--protocols-heartbeat-ms`` as its KIP-848 heartbeat
+            interval): group A = ``--consumers`` consumers with group.protocol=classic,
+            partition.assignment.strategy=cooperative-sticky and heartbeat.interval.ms set
+            to the same value; group B = as many with group.protocol=consumer. Both set
+            topic.metadata.refresh.interval.ms=``--metadata-refresh-ms``: a classic member
+            only learns that its topic grew from its own metadata refresh (it then rejoins
+            and the others follow on their next heartbeat), a KIP-848 member is told its new
+            partitions by the coordinator. Every run uses a fresh topic and group (the topic
+            is deleted afterwards), ``--protocols-repeat`` runs per protocol, alternating
+            which protocol goes first. Consumer i subscribes i x ``--stagger-ms`` after the
+            first (spreading their timers' phases) and the topic grows a random
+            0..``--jitter-ms`` after the group converged. Prints every run, the median and
+            min-max per protocol, the ratio classic/consumer of the medians, the broker's
+            group settings as DescribeConfigs reports them, when the consumers' metadata
+            first/last showed the new partition count, and the CPU the broker and the
+            clients used.
 
-Consumers use librdkafka's defaults except group.protocol=consumer,
-auto.offset.reset=earliest, log_level=4 (and enable.auto.commit=false in ``join``);
-``-C key=value`` adds any librdkafka property (e.g. ``-C fetch.wait.max.ms=100``). They
-call ``poll(0.05)`` in a loop (poll returns at once when a record or callback is ready).
-Every wait is bounded by ``--timeout`` seconds.
+Consumers use librdkafka's defaults except group.protocol, auto.offset.reset=earliest,
+log_level=4 (and enable.auto.commit=false in ``join``; the settings above in
+``protocols``); ``-C key=value`` adds any librdkafka property (e.g.
+``-C fetch.wait.max.ms=100``). They call ``poll(0.05)`` in a loop (poll returns at once
+when a record or callback is ready). The consumers of ``growth`` and ``protocols`` run
+at nice ``--client-nice`` (default 10) so that on a small machine the broker, the thing
+measured, wins the CPU when they contend. Every wait is bounded by ``--timeout`` seconds.
 
 Run:  .venv/bin/python bench/rebalance.py [--intervals 500,5000] [--consumers 10] [--mode processes]
+      .venv/bin/python bench/rebalance.py --sections protocols --work-dir /dev/shm   # classic vs consumer
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing as mp
+import os
 import queue
+import random
 import shutil
 import signal
 import statistics
@@ -67,12 +92,6 @@ JOIN_TOPIC = "bench-join"
 # --------------------------------------------------------------------------
 
 
-
-
-
-
-
-
 def median_of(xs: list[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -82,10 +101,20 @@ def fmt_s(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def consumer_conf(bootstrap: str, group: str, extra: dict[str, str]) -> dict[str, Any]:
+def consumer_conf(bootstrap: str, group: str, extra: dict[str, str], protocol: str = "consumer") -> dict[str, Any]:
     # log_level 4: no NOTICE lines such as "partition count changed" on stderr
-    return {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+    return {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
             "auto.offset.reset": "earliest", "log_level": 4, **extra}
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one process (all its threads) from /proc, None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def parse_kv(items: list[str]) -> dict[str, str]:
@@ -103,22 +132,57 @@ def parse_kv(items: list[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-def group_consumer(idx: int, conf: dict, topic: str, events: Any, stop: Any, max_s: float) -> None:
+class _PartitionCountWatch(logging.Handler):
+    """librdkafka's log lines (NOTICE and up, through `logger`): reports "Topic T partition
+    count changed from A to B" as a 'noticed' event (when this consumer's metadata first
+    showed the growth) and passes warnings and errors on to stderr, as log_level=4 would."""
+
+    def __init__(self, idx: int, put: Any) -> None:
+        super().__init__(logging.INFO)
+        self.idx, self.put = idx, put
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "partition count changed" in msg:
+            self.put(("noticed", self.idx, msg, time.monotonic()))
+        elif record.levelno >= logging.WARNING:
+            print(f"%{record.levelno // 10} bench-{self.idx}: {msg}", file=sys.stderr, flush=True)
+
+
+def group_consumer(idx: int, conf: dict, topic: str, events: Any, stop: Any, max_s: float, nice: int = 0,
+                   watch_metadata: bool = False, start_at: float | None = None) -> None:
     """Subscribe, poll, and report every rebalance callback and every record (partition
-    only) as (kind, idx, payload, monotonic time) on `events`."""
+    only) as (kind, idx, payload, monotonic time) on `events`.
+
+    `nice` is added to this process's niceness (under --mode threads, on Linux, to this
+    thread's; the threads librdkafka starts inherit it). `watch_metadata` reports when
+    this consumer's metadata showed a new partition count ('noticed'). `start_at`
+    (CLOCK_MONOTONIC, the same in every process) delays creating the consumer, whose
+    periodic timers (metadata refresh; KIP-848 heartbeats) take their phase from it."""
     from confluent_kafka import Consumer
 
     put = events.put
     c = None
     try:
-        c = Consumer({**conf, "client.id": f"bench-{idx}",
+        if nice:
+            os.nice(nice)
+        if start_at is not None:
+            time.sleep(max(0.0, start_at - time.monotonic()))
+        extra: dict[str, Any] = {}
+        if watch_metadata:
+            log = logging.getLogger(f"bench-rebalance-{idx}")
+            log.propagate = False
+            log.setLevel(logging.INFO)
+            log.addHandler(_PartitionCountWatch(idx, put))
+            extra = {"logger": log, "log_level": 5}  # the partition count line is a NOTICE
+        c = Consumer({**conf, **extra, "client.id": f"bench-{idx}",
                       "error_cb": lambda e: put(("client_error", idx, str(e), time.monotonic()))})
 
         def cb(kind):
             return lambda _c, parts: put((kind, idx, [p.partition for p in parts], time.monotonic()))
 
         c.subscribe([topic], on_assign=cb("assign"), on_revoke=cb("revoke"), on_lost=cb("lost"))
-        put(("started", idx, None, time.monotonic()))
+        put(("started", idx, None, time.monotonic()))  # when it subscribed
         deadline = time.monotonic() + max_s
         while not stop.is_set() and time.monotonic() < deadline:
             m = c.poll(0.05)
@@ -149,11 +213,15 @@ class Group:
         self.problems: list[str] = []
         self.closed: set[int] = set()
         self.started: set[int] = set()
+        self.started_at: dict[int, float] = {}
         self.rebalance_events: list[tuple[float, int, str, int]] = []
+        self.noticed_at: dict[int, float] = {}    # consumer -> first "partition count changed" (since reset)
 
     def apply(self, ev: tuple) -> None:
         kind, idx, payload, t = ev
-        if kind == "assign":
+        if kind == "noticed":
+            self.noticed_at.setdefault(idx, t)
+        elif kind == "assign":
             for p in payload:
                 holder = [i for i, s in enumerate(self.owned) if p in s and i != idx]
                 if holder:
@@ -168,6 +236,7 @@ class Group:
             self.consumed_at.setdefault(payload, t)
         elif kind == "started":
             self.started.add(idx)
+            self.started_at[idx] = t
         elif kind == "closed":
             self.closed.add(idx)
         elif kind in ("crash", "msg_error", "client_error") and len(self.problems) < 20:
@@ -233,26 +302,44 @@ def produce_one_each(bootstrap: str, topic: str, partitions: range, timeout: flo
 # --------------------------------------------------------------------------
 
 
-def run_growth(args: argparse.Namespace, broker: BrokerProcess, interval_ms: int) -> dict[str, Any]:
+def cpu_snapshot(broker: BrokerProcess, workers: list, mode: str) -> tuple[float | None, float]:
+    """(broker CPU s, client CPU s): the client side is this process (admin client,
+    producer, and the consumers under --mode threads) plus the consumer processes."""
+    t = os.times()
+    clients = t.user + t.system
+    if mode == "processes":
+        clients += sum(proc_cpu_s(w.pid) or 0.0 for w in workers if w.pid is not None)
+    return proc_cpu_s(broker.pid), clients
+
+
+def run_growth(args: argparse.Namespace, broker: BrokerProcess, *, topic: str, conf: dict[str, Any],
+               tags: dict[str, Any], watch_metadata: bool = False, pre_delay: float = 0.0,
+               stagger: float = 0.0) -> dict[str, Any]:
+    """One growth measurement: `args.consumers` consumers with `conf` on a new `topic`;
+    consumer i subscribes `i * stagger` seconds after the first (0: as soon as each is up);
+    the topic grows `pre_delay` seconds after the group has converged (+ 0.2 s)."""
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-    res: dict[str, Any] = {"interval_ms": interval_ms, "status": "failed"}
+    res: dict[str, Any] = {**tags, "status": "failed"}
     bootstrap = broker.bootstrap
     adm = AdminClient({"bootstrap.servers": bootstrap})
-    adm.create_topics([NewTopic(TOPIC, args.partitions, 1)], operation_timeout=10)[TOPIC].result(args.timeout)
-    produce_one_each(bootstrap, TOPIC, range(args.partitions), args.timeout)
+    adm.create_topics([NewTopic(topic, args.partitions, 1)], operation_timeout=10)[topic].result(args.timeout)
+    produce_one_each(bootstrap, topic, range(args.partitions), args.timeout)
 
     n = args.consumers
-    conf = consumer_conf(bootstrap, f"bench-growth-{interval_ms}", args.consumer_extra)
+    # with a stagger, every consumer waits for its turn; the first turn leaves time to start them all
+    base = time.monotonic() + (1.0 + 0.15 * n if args.mode == "processes" else 0.5) if stagger > 0 else None
     if args.mode == "processes":
         ctx = mp.get_context("spawn")
         events, stop = ctx.Queue(), ctx.Event()
-        workers = [ctx.Process(target=group_consumer, args=(i, conf, TOPIC, events, stop, args.timeout * 4),
-                               name=f"bench-consumer-{i}", daemon=True) for i in range(n)]
+        make_worker: Any = ctx.Process
     else:
         events, stop = queue.Queue(), threading.Event()
-        workers = [threading.Thread(target=group_consumer, args=(i, conf, TOPIC, events, stop, args.timeout * 4),
-                                    name=f"bench-consumer-{i}", daemon=True) for i in range(n)]
+        make_worker = threading.Thread
+    workers = [make_worker(target=group_consumer, name=f"bench-consumer-{i}", daemon=True,
+                           args=(i, conf, topic, events, stop, args.timeout * 4, args.client_nice, watch_metadata,
+                                 None if base is None else base + i * stagger))
+               for i in range(n)]
     group = Group(n)
     t_start = time.monotonic()
     for w in workers:
@@ -275,18 +362,25 @@ def run_growth(args: argparse.Namespace, broker: BrokerProcess, interval_ms: int
                             f"{group.problems[:3]}")
             return res
         res["converge_s"] = time.monotonic() - t_start
+        first = min(group.started_at.values())
+        res["start_offsets_s"] = [group.started_at[i] - first for i in sorted(group.started_at)]
         # let trailing callbacks land, so nothing from the first rebalance is counted below
-        drain(events, group, time.monotonic() + 0.2)
+        # (drain returns once the queue has been quiet for 50 ms: loop to the end)
+        settle_end = time.monotonic() + 0.2 + pre_delay
+        while time.monotonic() < settle_end:
+            drain(events, group, settle_end)
         group.consumed_at.clear()
         group.rebalance_events.clear()
+        group.noticed_at.clear()
         before = [len(s) for s in group.owned]
 
         # 2) grow, produce, and wait for every partition to be assigned and consumed
         new = range(args.partitions, args.grow_to)
+        cpu0 = cpu_snapshot(broker, workers, args.mode)
         t0 = time.monotonic()
-        adm.create_partitions([NewPartitions(TOPIC, args.grow_to)], operation_timeout=10)[TOPIC].result(args.timeout)
+        adm.create_partitions([NewPartitions(topic, args.grow_to)], operation_timeout=10)[topic].result(args.timeout)
         res["create_s"] = time.monotonic() - t0
-        produce_one_each(bootstrap, TOPIC, range(args.grow_to), args.timeout)
+        produce_one_each(bootstrap, topic, range(args.grow_to), args.timeout)
         res["produced_s"] = time.monotonic() - t0
         everything = set(range(args.grow_to))
         t_assigned = None
@@ -295,11 +389,14 @@ def run_growth(args: argparse.Namespace, broker: BrokerProcess, interval_ms: int
             drain(events, group, time.monotonic() + 0.05)
             if group.assigned() == everything:
                 # events from different processes may arrive out of order: the latest assign
-                # callback since the growth is when the last partition was handed out
-                t_assigned = max(t for t, _, kind, _ in group.rebalance_events if kind == "assign")
+                # callback since the growth that handed out partitions is when the last one was
+                # (an empty one, e.g. a classic no-op rebalance, hands out nothing)
+                t_assigned = max(t for t, _, kind, k in group.rebalance_events if kind == "assign" and k)
             else:
                 t_assigned = None  # something was taken away again
             if t_assigned is not None and all(p in group.consumed_at for p in new):
+                t_done = time.monotonic()
+                cpu1 = cpu_snapshot(broker, workers, args.mode)
                 break
         else:
             missing = len([p for p in new if p not in group.consumed_at])
@@ -309,9 +406,25 @@ def run_growth(args: argparse.Namespace, broker: BrokerProcess, interval_ms: int
         res["assigned_s"] = t_assigned - t0
         res["consumed_s"] = max(group.consumed_at[p] for p in new) - t0
         res["total_s"] = max(res["assigned_s"], res["consumed_s"])
-        first_assign = [t for t, _, kind, _ in group.rebalance_events if kind == "assign"]
+        first_assign = [t for t, _, kind, k in group.rebalance_events if kind == "assign" and k]
         res["first_assign_s"] = min(first_assign) - t0 if first_assign else None
+        # the last on_assign of all, an empty one included (a classic rebalance that changed nothing)
+        res["settled_s"] = max(t for t, _, kind, _ in group.rebalance_events if kind == "assign") - t0
         res["callbacks"] = {k: sum(1 for e in group.rebalance_events if e[2] == k) for k in ("assign", "revoke", "lost")}
+        # on_assign calls per consumer (an empty incremental assignment included): how many
+        # assignments each member went through after the growth
+        per = [sum(1 for e in group.rebalance_events if e[1] == i and e[2] == "assign") for i in range(n)]
+        res["assigns_per_consumer"] = (min(per), max(per))
+        noticed = sorted(group.noticed_at.values())
+        res["noticed_first_s"] = noticed[0] - t0 if noticed else None
+        res["noticed_last_s"] = noticed[-1] - t0 if noticed else None
+        res["noticed_n"] = len(noticed)
+        wall = t_done - t0
+        res["timeline"] = sorted([(t - t0, i, kind, k) for t, i, kind, k in group.rebalance_events]
+                                 + [(t - t0, i, "noticed", args.grow_to) for i, t in group.noticed_at.items()])
+        res["cpu_window_s"] = wall
+        res["broker_cpu"] = (cpu1[0] - cpu0[0]) / wall if cpu0[0] is not None and cpu1[0] is not None else None
+        res["clients_cpu"] = (cpu1[1] - cpu0[1]) / wall
         res["sizes_before"] = before
         res["sizes_after"] = [len(s) for s in group.owned]
         res["problems"] = group.problems[:5]
@@ -396,14 +509,196 @@ def run_join(args: argparse.Namespace, broker: BrokerProcess, interval_ms: int) 
 
 
 # --------------------------------------------------------------------------
+# protocols: classic (cooperative-sticky) vs consumer, same broker
+# --------------------------------------------------------------------------
+
+PROTOCOLS = ("classic", "consumer")
+# broker settings that bear on the comparison, read back with DescribeConfigs
+BROKER_GROUP_KEYS = ("group.consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
+                     "group.consumer.session.timeout.ms", "group.consumer.assignors",
+                     "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",
+                     "group.max.session.timeout.ms")
+# librdkafka defaults that bear on it, shown when -C does not set them
+CLIENT_DEFAULTS = {"classic": {"session.timeout.ms": "45000", "max.poll.interval.ms": "300000 (= rebalance timeout)",
+                               "fetch.wait.max.ms": "500"},
+                   "consumer": {"fetch.wait.max.ms": "500"}}
+
+
+def protocol_settings(args: argparse.Namespace, protocol: str) -> dict[str, str]:
+    """The librdkafka properties the protocols section sets for one group (beyond consumer_conf's)."""
+    out = {"topic.metadata.refresh.interval.ms": str(args.metadata_refresh_ms)}
+    if protocol == "classic":
+        out.update({"partition.assignment.strategy": "cooperative-sticky",
+                    "heartbeat.interval.ms": str(args.protocols_heartbeat_ms)})
+    return {**out, **args.consumer_extra}
+
+
+def broker_group_settings(bootstrap: str, timeout: float) -> dict[str, str]:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    adm = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    try:
+        node = next(iter(adm.list_topics(timeout=timeout).brokers))
+        fut = adm.describe_configs([ConfigResource(ResourceType.BROKER, str(node))])
+        entries = next(iter(fut.values())).result(timeout)
+        return {k: entries[k].value for k in BROKER_GROUP_KEYS if k in entries}
+    except Exception as e:  # noqa: BLE001 - the conditions line then says so
+        return {"(DescribeConfigs failed)": f"{type(e).__name__}: {e}"}
+
+
+def run_protocols(args: argparse.Namespace) -> dict[str, Any]:
+    """Both protocols, `args.protocols_repeat` runs each, against one broker process."""
+    from confluent_kafka.admin import AdminClient
+
+    out: dict[str, Any] = {"runs": [], "broker": {}, "notes": []}
+    hb = args.protocols_heartbeat_ms
+    opts = broker_opts(hb) + args.broker_extra
+    out["broker_cli"] = " ".join(opts)
+    work = Path(tempfile.mkdtemp(prefix="bench-rebalance-protocols-", dir=args.work_dir))
+    out["data_dir"] = str(work / "data")
+    broker = BrokerProcess(work / "data", opts, work / "broker.log").start()
+    # The consumers' heartbeats and metadata refreshes keep the phase they had when the group
+    # formed, and the growth would otherwise follow convergence at a fixed delay: a random
+    # wait samples that phase, so the runs average over it instead of repeating one case.
+    rng = random.Random(args.seed)
+    try:
+        out["broker"] = broker_group_settings(broker.bootstrap, args.timeout)
+        adm = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 4})
+        for rep in range(args.protocols_repeat):
+            for protocol in (args.protocol_list if rep % 2 == 0 else args.protocol_list[::-1]):
+                name = f"bench-{protocol}-{rep + 1}"
+                print(f"\n-- protocols: {protocol} run {rep + 1}/{args.protocols_repeat}: {args.consumers} consumers "
+                      f"({args.mode}), {args.partitions} -> {args.grow_to} partitions ...", flush=True)
+                conf = consumer_conf(broker.bootstrap, name, protocol_settings(args, protocol), protocol=protocol)
+                tags = {"protocol": protocol, "rep": rep + 1, "pre_delay_s": rng.uniform(0, args.jitter_s)}
+                try:
+                    r = run_growth(args, broker, topic=name, conf=conf, tags=tags, watch_metadata=True,
+                                   pre_delay=tags["pre_delay_s"], stagger=args.stagger_s)
+                except Exception as e:  # noqa: BLE001 - one failed run does not end the section
+                    r = {**tags, "status": "failed", "error": f"{type(e).__name__}: {e}"}
+                out["runs"].append(r)
+                if r["status"] == "ok":
+                    print(f"   converged in {r['converge_s']:.1f} s; after create_partitions: metadata showed it "
+                          f"{fmt_s(r['noticed_first_s'])}-{fmt_s(r['noticed_last_s'])} s, first new assignment "
+                          f"{fmt_s(r['first_assign_s'])} s, all assigned {r['assigned_s']:.3f} s, all new consumed "
+                          f"{r['consumed_s']:.3f} s", flush=True)
+                else:
+                    print(f"   FAILED: {r.get('error')}", flush=True)
+                if not broker.alive():
+                    out["notes"].append(f"broker died: {broker.log_tail()}")
+                    return out
+                try:  # the broker keeps the same state from run to run: no 1,000-partition topics pile up
+                    adm.delete_topics([name], operation_timeout=10)[name].result(args.timeout)
+                except Exception as e:  # noqa: BLE001
+                    out["notes"].append(f"delete {name}: {type(e).__name__}: {e}")
+                time.sleep(args.settle)
+        return out
+    finally:
+        adm = None  # destroyed before the broker goes, or it logs the disconnect
+        rc = broker.stop()
+        log = broker.log_tail(100_000)
+        if rc not in (0, None) or "Traceback" in log:
+            out["notes"].append(f"broker exit code {rc}; log tail: {log[-1500:]}")
+        if args.keep_logs:
+            print(f"   broker work dir kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def stagger_range(runs: list[dict[str, Any]]) -> str:
+    lasts = [max(r["start_offsets_s"]) for r in runs if r.get("start_offsets_s")]
+    return f"{min(lasts):.2f}-{max(lasts):.2f} s" if lasts else "-"
+
+
+def print_protocols(args: argparse.Namespace, out: dict[str, Any]) -> bool:
+    """The protocols tables; returns False when a run failed."""
+    hb, refresh = args.protocols_heartbeat_ms, args.metadata_refresh_ms
+    print(f"\n== protocols: classic (cooperative-sticky) vs consumer (KIP-848), one broker process, "
+          f"{args.consumers} consumers per group ({args.mode}), topic {args.partitions} -> {args.grow_to} partitions, "
+          f"one record produced to every partition after growing; seconds from the create_partitions call ==")
+    print("  conditions:")
+    print(f"    broker: odradek broker --data-dir {out.get('data_dir')} --listen 127.0.0.1:0 {out.get('broker_cli', '')}")
+    print("    broker group settings (DescribeConfigs): "
+          + "  ".join(f"{k}={v}" for k, v in out["broker"].items()))
+    for protocol in args.protocol_list:
+        explicit = {"group.protocol": protocol, "auto.offset.reset": "earliest",
+                    **protocol_settings(args, protocol)}
+        defaults = {k: v for k, v in CLIENT_DEFAULTS[protocol].items() if k not in explicit}
+        print(f"    {protocol} consumers: " + " ".join(f"{k}={v}" for k, v in explicit.items())
+              + ("; librdkafka defaults: " + " ".join(f"{k}={v}" for k, v in defaults.items()) if defaults else "")
+              + ("; heartbeat interval and session timeout come from the broker" if protocol == "consumer" else ""))
+    print(f"    consumers at nice +{args.client_nice} ({args.mode}), poll(0.05) loop; the broker at nice 0. Every "
+          f"run: fresh topic and group, deleted afterwards; the protocols alternate which goes first; consumer i "
+          f"subscribes i x {args.stagger_s * 1000:.0f} ms after the first (achieved: last one after "
+          f"{stagger_range(out['runs'])}); the topic grows 0.2 s + a random 0-{args.jitter_s * 1000:.0f} ms "
+          f"(seed {args.seed}) after the group converged.")
+    runs = out["runs"]
+    rows = []
+    keys = ("create_s", "produced_s", "noticed_first_s", "noticed_last_s", "first_assign_s", "assigned_s",
+            "consumed_s", "total_s", "settled_s")
+    for r in runs:
+        label = (r["protocol"], f"#{r['rep']}")
+        if r["status"] != "ok":
+            rows.append((*label, "FAILED", *[""] * (len(keys) + 3)))
+            continue
+        lo, hi = r["assigns_per_consumer"]
+        rows.append((*label, *(fmt_s(r[k]) for k in keys), f"{lo}-{hi}" if lo != hi else str(lo),
+                     str(r["callbacks"]["lost"]),
+                     "-" if r["broker_cpu"] is None else f"{100 * r['broker_cpu']:.0f}%",
+                     f"{100 * r['clients_cpu']:.0f}%"))
+    table(("protocol", "run", "create done", "produced", "1st noticed", "last noticed", "1st assign", "all assigned",
+           "all consumed", "TOTAL", "last on_assign", "on_assign/consumer", "lost", "broker CPU", "clients CPU"),
+          rows, left=2)
+    print(f"  (TOTAL = max(all assigned, all consumed); 'noticed' = a consumer's metadata showed the new partition "
+          f"count (librdkafka's \"partition count changed\" notice, seen at its next poll); 'all assigned' = the "
+          f"last on_assign that handed out partitions; 'last on_assign' = the last one of all, an empty one "
+          f"included; 'on_assign/consumer' = on_assign calls per member after the growth (2 = a second rebalance); CPU in % of one core over the measured window (2 cores = 200%); 'clients' = "
+          f"the {args.consumers} consumer processes + this process (admin client, producer))")
+
+    ok = {p: [r for r in runs if r["protocol"] == p and r["status"] == "ok"] for p in args.protocol_list}
+    summary = []
+    med: dict[tuple[str, str], float | None] = {}
+    cols = (("assigned_s", "all assigned"), ("consumed_s", "all consumed"), ("total_s", "TOTAL"))
+    for p in args.protocol_list:
+        cells = []
+        for key, _ in cols:
+            xs = [r[key] for r in ok[p]]
+            med[p, key] = statistics.median(xs) if xs else None
+            cells.append(f"{med[p, key]:.3f} ({min(xs):.3f}-{max(xs):.3f})" if xs else "-")
+        n_p = sum(1 for r in runs if r["protocol"] == p)
+        summary.append((p, *cells, f"{len(ok[p])}/{n_p}"))
+    if len(args.protocol_list) == 2:
+        ratio = []
+        for key, _ in cols:
+            a, b = med["classic", key], med["consumer", key]
+            ratio.append(f"{a / b:.2f}x" if a is not None and b else "-")
+        summary.append(("ratio classic/consumer", *ratio, ""))
+    print(f"\n  median (min-max) of {args.protocols_repeat} runs per protocol; heartbeat interval {hb} ms for both, "
+          f"topic.metadata.refresh.interval.ms={refresh} for both:")
+    table(("protocol", *(c for _, c in cols), "ok runs"), summary)
+    if args.timeline:
+        print("\n  timelines: seconds after create_partitions, consumer: event (partitions in the callback)")
+        for r in runs:
+            if r["status"] == "ok":
+                print(f"    {r['protocol']} #{r['rep']} (random wait {1000 * r['pre_delay_s']:.0f} ms): " + ", ".join(
+                    f"{t:.3f} {i}:{kind}" + (f"({k})" if kind != "noticed" else "") for t, i, kind, k in r["timeline"]))
+    for r in runs:
+        for prob in r.get("problems") or []:
+            print(f"  ! {r['protocol']} #{r['rep']}: {prob}")
+    for note in out["notes"]:
+        print(f"  ! {note}")
+    return all(len(ok[p]) == sum(1 for r in runs if r["protocol"] == p) for p in args.protocol_list) and not out["notes"]
+
+
+# --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="KIP-848 rebalance latency with librdkafka consumers over loopback.",
+    ap = argparse.ArgumentParser(description="Rebalance latency (KIP-848 and classic) with librdkafka consumers over loopback.",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--sections", default="growth,join", help="comma list of: growth, join")
+    ap.add_argument("--sections", default="growth,join,protocols", help="comma list of: growth, join, protocols")
     ap.add_argument("--intervals", default="500,5000", help="broker heartbeat intervals in ms (comma list)")
     ap.add_argument("--consumers", type=int, default=10, help="growth: consumers in the group")
     ap.add_argument("--mode", choices=("processes", "threads"), default="processes",
@@ -415,17 +710,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--join-records", type=int, default=10, help="join: records waiting per partition")
     ap.add_argument("--join-runs", type=int, default=5, help="join: runs per flavour (median shown)")
     ap.add_argument("--join-pause", type=float, default=0.3, help="join: seconds between runs")
+    ap.add_argument("--protocols-repeat", type=int, default=5, help="protocols: runs per protocol (one broker)")
+    ap.add_argument("--protocols-heartbeat-ms", type=int, default=1000,
+                    help="protocols: heartbeat interval of both groups (classic: heartbeat.interval.ms; consumer: "
+                         "the broker's group.consumer.heartbeat.interval.ms)")
+    ap.add_argument("--metadata-refresh-ms", type=int, default=1000,
+                    help="protocols: topic.metadata.refresh.interval.ms of both groups' consumers")
+    ap.add_argument("--protocols", default=",".join(PROTOCOLS), help="protocols: which group protocols to run")
+    ap.add_argument("--timeline", action="store_true",
+                    help="protocols: print every run's rebalance callbacks and metadata notices")
+    ap.add_argument("--jitter-ms", type=int, default=-1,
+                    help="protocols: the topic grows a random 0..J ms after the group converged "
+                         "[-1 = max(heartbeat, metadata refresh interval)]")
+    ap.add_argument("--seed", type=int, default=848, help="protocols: seed of that random wait")
+    ap.add_argument("--stagger-ms", type=int, default=-1,
+                    help="protocols: consumer i subscribes i*S ms after the first, which spreads the phases of "
+                         "their metadata refreshes (and KIP-848 heartbeats) over the interval; 0 = all at once "
+                         "[-1 = metadata refresh interval / consumers]")
+    ap.add_argument("--settle", type=float, default=0.5, help="protocols: seconds of rest between runs")
+    ap.add_argument("--client-nice", type=int, default=10,
+                    help="growth, protocols: niceness added to the consumers (0 = none)")
+    ap.add_argument("-O", "--broker-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra broker property, passed as -o KEY=VALUE to every broker (repeatable)")
     ap.add_argument("--timeout", type=float, default=40.0, help="seconds: limit of every wait")
     ap.add_argument("-C", "--consumer-config", action="append", default=[], metavar="KEY=VALUE",
                     help="extra librdkafka consumer property (repeatable)")
-    ap.add_argument("--work-dir", help="parent of the brokers' temp data dirs [None = the system temp dir]")
+    ap.add_argument("--work-dir", help="parent of the brokers' temp data dirs (e.g. /dev/shm for tmpfs) [None = the system temp dir]")
     ap.add_argument("--keep-logs", action="store_true", help="keep the brokers' work dirs and logs")
     args = ap.parse_args(argv)
     args.section_list = [s.strip() for s in args.sections.split(",") if s.strip()]
-    if set(args.section_list) - {"growth", "join"}:
-        ap.error("--sections: growth, join")
+    if set(args.section_list) - {"growth", "join", "protocols"}:
+        ap.error("--sections: growth, join, protocols")
     args.interval_list = [int(x) for x in args.intervals.split(",") if x.strip()]
     args.consumer_extra = parse_kv(args.consumer_config)
+    args.broker_extra = [x for kv in parse_kv(args.broker_option).items() for x in ("-o", "=".join(kv))]
+    if args.protocols_repeat < 1:
+        ap.error("--protocols-repeat must be at least 1")
+    jitter = args.jitter_ms if args.jitter_ms >= 0 else max(args.protocols_heartbeat_ms, args.metadata_refresh_ms)
+    args.jitter_s = jitter / 1000
+    args.stagger_s = (args.stagger_ms if args.stagger_ms >= 0 else args.metadata_refresh_ms / args.consumers) / 1000
+    args.protocol_list = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
+    if not args.protocol_list or set(args.protocol_list) - set(PROTOCOLS):
+        ap.error("--protocols: classic and/or consumer")
     if args.grow_to <= args.partitions:
         ap.error("--grow-to must exceed --partitions")
     if args.consumers < 1 or args.partitions < args.consumers:
@@ -446,7 +772,8 @@ def main(argv: list[str] | None = None) -> int:
     print("  " + machine_line(f"confluent-kafka={confluent_kafka.version()[0]}  librdkafka={confluent_kafka.libversion()[0]}"))
     extra = " ".join(f"{k}={v}" for k, v in args.consumer_extra.items())
     print(f"  consumers: librdkafka defaults + group.protocol=consumer auto.offset.reset=earliest log_level=4 "
-          f"{extra}".rstrip() + "; poll(0.05) loop")
+          f"{extra}".rstrip() + f"; poll(0.05) loop; growth/protocols consumers at nice +{args.client_nice}"
+          + (" (protocols: see its conditions)" if "protocols" in args.section_list else ""))
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     t_begin = time.monotonic()
     growth: list[dict] = []
@@ -461,12 +788,14 @@ def main(argv: list[str] | None = None) -> int:
                 if not (do_growth or do_join):
                     continue
                 work = Path(tempfile.mkdtemp(prefix=f"bench-rebalance-{interval}-", dir=args.work_dir))
-                broker = BrokerProcess(work / "data", broker_opts(interval), work / "broker.log").start()
+                broker = BrokerProcess(work / "data", broker_opts(interval) + args.broker_extra,
+                                       work / "broker.log").start()
                 try:
                     if do_growth:
                         print(f"\n-- heartbeat interval {interval} ms: growth run {rep + 1}/{reps}: {args.consumers} "
                               f"consumers ({args.mode}), {args.partitions} -> {args.grow_to} partitions ...", flush=True)
-                        r = run_growth(args, broker, interval)
+                        conf = consumer_conf(broker.bootstrap, f"bench-growth-{interval}", args.consumer_extra)
+                        r = run_growth(args, broker, topic=TOPIC, conf=conf, tags={"interval_ms": interval})
                         growth.append(r)
                         if r["status"] == "ok":
                             print(f"   converged in {r['converge_s']:.1f} s; after create_partitions: first new "
@@ -487,6 +816,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"   broker work dir kept: {work}")
                     else:
                         shutil.rmtree(work, ignore_errors=True)
+        protocols = run_protocols(args) if "protocols" in args.section_list else None
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 1
@@ -541,6 +871,8 @@ def main(argv: list[str] | None = None) -> int:
                 if r["error"]:
                     print(f"  ! {j['interval_ms']} ms {j['flavour']}: {r['error']}")
         table(("heartbeat", "group", "median s", "min-max s", "median on_assign s", "ok runs"), rows, left=2)
+    if protocols is not None and not print_protocols(args, protocols):
+        failed = True
     print(f"\ntotal bench time {time.monotonic() - t_begin:.1f}s")
     return 1 if failed else 0
 
