@@ -244,3 +244,16 @@ def test_static_classic_member_replaces_itself_inside_a_consumer_group():
     assert j2[0]["error_code"] == NONE and new != old
     assert old not in c.group().members and c.group().static_members["i1"] == new
     assert c.cheartbeat(member=old, generation=j[0]["generation_id"], instance_id="i1") == FENCED_INSTANCE_ID
+
+
+def test_no_upgrade_between_generations():
+    # After a rebalance reset the assignments, what a cooperative member still holds is
+    # unknown: converting could hand it to someone else. Kafka refuses too.
+    c = _coord()
+    a, b, gen = _classic_pair(c)
+    c.join(member=a, protocols=_sub([0, 1]), version=3)
+    c.join(member=b, protocols=_sub([2, 3]), version=3)  # CompletingRebalance, nobody synced yet
+    c.join(member=b, protocols=_sub([2]), version=3)  # changed metadata: a new rebalance resets the assignments
+    assert c.classic().state is ClassicState.PREPARING_REBALANCE
+    assert c.hb(member="C", epoch=0, topics=("foo",))["error_code"] == GROUP_ID_NOT_FOUND
+    assert c.classic() is not None and c.group() is None

@@ -123,8 +123,14 @@ def _conversion_records(shard: Shard, classic: ClassicGroup, now_ms: int) -> lis
         for m in classic.members.values():
             meta = m.metadata(classic.protocol_name) if classic.protocol_name else (m.protocols[0][1] if m.protocols else None)
             sub = decode_subscription(meta or b"")
-            # An empty assignment (a first rebalance not completed yet) holds nothing.
-            assigned = _names_to_ids(shard, decode_assignment(m.assignment)) if m.assignment else {}
+            if not m.assignment:
+                # Between generations (a rebalance reset the assignments, or the first one
+                # has not completed) nobody knows what a cooperative member still holds:
+                # converting would risk handing its partitions to someone else. Kafka
+                # refuses the upgrade too (GROUP_ID_NOT_FOUND).
+                raise RecordError(f"member {m.member_id} has no assignment yet (the group is between "
+                                  "generations); retry once its rebalance completes")
+            assigned = _names_to_ids(shard, decode_assignment(m.assignment))
             members.append(ConsumerMember(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=sub.rack_id, client_id=m.client_id,
                 client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
