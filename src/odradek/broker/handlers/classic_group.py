@@ -10,12 +10,15 @@ meanwhile, as Kafka mutes it.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from ...coordinator.classic.join import JoinRequest, join
 from ...coordinator.classic.leave import LeaveIdentity, leave
 from ...coordinator.classic.sync import ClassicHeartbeat, SyncRequest, heartbeat, sync
 from ..registry import api
 from .consumer_group import _ms
+
+log = logging.getLogger(__name__)
 
 
 def _run_parked(broker, group_id: str, op) -> asyncio.Future:
@@ -43,6 +46,8 @@ async def join_group(broker, request):
         instance_id=request.field("group_instance_id"), client_id=request.client_id or "",
         client_host=request.client_host, reason=request.field("reason"), version=v,
     )
+    if req.reason:  # KIP-800: clients say why they (re)join; Kafka logs it with the rebalance
+        log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
     response = await _run_parked(broker, b.group_id, lambda shard, reply, now: join(shard, req, reply, now))
     if v < 7:  # protocol_name became nullable in v7
         response = {**response, "protocol_name": response["protocol_name"] or ""}
@@ -78,6 +83,10 @@ def leave_group(broker, request):
         identities = (LeaveIdentity(b.member_id),)
     else:
         identities = tuple(LeaveIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in b.members)
+    for ident in identities:
+        if ident.reason:
+            log.info("group %s: member %r (instance %r) leaves (reason: %s)", b.group_id, ident.member_id,
+                     ident.instance_id, ident.reason)
     response = broker.coordinator.runtime.run(
         b.group_id, lambda shard, now: leave(shard, b.group_id, identities, now), broker.clock())
     if v < 3:
