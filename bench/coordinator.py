@@ -21,6 +21,11 @@ This is a benchmark script, not a test. It has three sections (``--sections``):
             with its own connection and its share of the group's members, one request
             in flight per connection (request/response, no pipelining), for
             ``--duration`` seconds against ``odradek broker`` as a subprocess.
+``classic``  The classic protocol in one shard, in this process: a group of each
+            ``--members`` size forms (every member's JoinGroup v3 parked during the
+            initial rebalance delay, the join phase completed by the timer, every
+            follower's SyncGroup parked until the leader's), then classic Heartbeats go
+            round-robin over the Stable group, through ``CoordinatorRuntime.run``.
 ``replay``  Start-up replay speed: an in-process broker on a temp data dir gets
             ``--commits`` offset-commit records (OffsetCommit through
             ``runtime.run``, ``--commit-partitions`` per request, over ``--groups``
@@ -747,10 +752,80 @@ def section_replay(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------
 
 
+def section_classic(args: argparse.Namespace) -> None:
+    from odradek.coordinator.classic.join import JoinRequest, join
+    from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest, sync
+    from odradek.coordinator.classic.sync import heartbeat as classic_heartbeat
+
+    print(f"\n== classic: a group forms (JoinGroup v3 x n, SyncGroup x n), then classic Heartbeats "
+          f"round-robin over the Stable group; one shard, in process; {args.heartbeats:,} heartbeats per run "
+          f"(at most {args.max_seconds:g} s), median of {args.repeat} runs ==", flush=True)
+    rows = []
+    for n in args.member_list:
+        written = [0]
+        config = CoordinatorConfig(offsets_topic_partitions=1, initial_rebalance_delay_ms=3_000)
+        runtime = CoordinatorRuntime(config, lambda _p, recs, _now: written.__setitem__(0, written[0] + len(recs)))
+        runtime.load(0, [], 0)
+        now = 1_000
+        meta = struct.pack(">hi", 0, 1) + struct.pack(">h", 5) + b"topic" + struct.pack(">i", -1)  # subscription v0
+        boxes: list[list] = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            box: list = []
+            req = JoinRequest(GROUP, "", 45_000, 300_000, "consumer", (("range", meta),), None, f"c{i}", "/127.0.0.1",
+                              None, 3)
+            runtime.run(GROUP, lambda shard, t, req=req, box=box: join(shard, req, box.append, t), now)
+            boxes.append(box)
+        t_join = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(10):  # the initial delay, extended once for the members that arrived during it
+            if all(boxes):
+                break
+            now += 3_000
+            runtime.tick(now)
+        t_complete = time.perf_counter() - t0
+        assert all(boxes), "the join phase did not complete"
+        leader = boxes[0][0]["leader"]
+        gen = boxes[0][0]["generation_id"]
+        mids = [b[0]["member_id"] for b in boxes]
+        assignment = struct.pack(">hi", 0, 0) + struct.pack(">i", -1)
+        t0 = time.perf_counter()
+        synced: list = []
+        for mid in mids:
+            if mid != leader:
+                req = SyncRequest(GROUP, mid, gen)
+                runtime.run(GROUP, lambda shard, t, req=req: sync(shard, req, synced.append, t), now)
+        req = SyncRequest(GROUP, leader, gen, assignments=tuple((m, assignment) for m in mids))
+        runtime.run(GROUP, lambda shard, t, req=req: sync(shard, req, synced.append, t), now)
+        t_sync = time.perf_counter() - t0
+        assert len(synced) == n and all(r["error_code"] == 0 for r in synced)
+        hbs = [ClassicHeartbeat(GROUP, mid, gen) for mid in mids]
+
+        def one_run(count: int) -> tuple[int, float]:
+            done, errors = 0, 0
+            start = time.perf_counter()
+            deadline = start + args.max_seconds
+            while done < count and time.perf_counter() < deadline:
+                for h in hbs[: count - done]:
+                    errors += runtime.run(GROUP, lambda shard, t, h=h: classic_heartbeat(shard, h, t), now)["error_code"] != 0
+                done += min(len(hbs), count - done)
+            assert errors == 0
+            return done, time.perf_counter() - start
+
+        one_run(min(n, args.heartbeats))
+        rates = [d / s for d, s in (one_run(args.heartbeats) for _ in range(args.repeat))]
+        med = statistics.median(rates)
+        rows.append((f"{n:,}", f"{t_join * 1000:,.0f}", f"{t_complete * 1000:,.0f}", f"{t_sync * 1000:,.0f}",
+                     f"{(t_join + t_complete + t_sync) * 1e6 / n:,.1f}", fmt_int(med), fmt_us(1e6 / med), str(written[0])))
+        del runtime, boxes, hbs
+    table(("members", "joins ms", "complete ms", "syncs ms", "µs/member", "heartbeats/s", "µs/hb", "records"), rows)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="KIP-848 group coordinator: heartbeat rate and start-up replay speed.",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--sections", default="inproc,loopback,replay", help="comma list of: inproc, loopback, replay")
+    ap.add_argument("--sections", default="inproc,loopback,replay,classic",
+                    help="comma list of: inproc, loopback, replay, classic")
     ap.add_argument("--members", default="1000,10000", help="inproc: group sizes (comma list)")
     ap.add_argument("--partitions-per-member", type=int, default=1, help="topic partitions per group member")
     ap.add_argument("--heartbeats", type=int, default=200_000, help="inproc: heartbeats per timed run")
@@ -774,7 +849,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--work-dir", help="parent of the temp data dirs [None = the system temp dir]")
     args = ap.parse_args(argv)
     args.section_list = [s.strip() for s in args.sections.split(",") if s.strip()]
-    bad = set(args.section_list) - {"inproc", "loopback", "replay"}
+    bad = set(args.section_list) - {"inproc", "loopback", "replay", "classic"}
     if bad:
         ap.error(f"unknown section(s) {sorted(bad)}")
     args.member_list = [int(x.replace("_", "")) for x in args.members.split(",") if x.strip()]
@@ -797,7 +872,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         for name in args.section_list:
-            {"inproc": section_inproc, "loopback": section_loopback, "replay": section_replay}[name](args)
+            {"inproc": section_inproc, "loopback": section_loopback, "replay": section_replay,
+             "classic": section_classic}[name](args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 1

@@ -120,12 +120,18 @@ def test_all_joined_counts_parked_joins_and_pending_members():
     g.add(member("a"))
     g.add(member("b"))
     assert not g.all_joined()
-    g.members["a"].join_reply = lambda r: None
+    g.park_join(g.members["a"], lambda r: None, 5)
     assert g.awaiting_join() == 1 and not g.all_joined()
-    g.members["b"].join_reply = lambda r: None
-    assert g.all_joined()
+    g.park_join(g.members["a"], lambda r: None, 5)  # a second join of the same member counts once
+    g.park_join(g.members["b"], lambda r: None, 5)
+    assert g.awaiting_join() == 2 and g.all_joined()
     g.pending_members.add("p")
     assert not g.all_joined()
+    g.pending_members.clear()
+    g.unpark_join(g.members["a"])
+    assert g.awaiting_join() == 1 and not g.all_joined()
+    g.remove("b")  # a parked member that goes stops counting
+    assert g.awaiting_join() == 0
 
 
 def test_rebalance_timeout_is_the_largest_of_the_members():
@@ -203,3 +209,18 @@ def test_snapshot_holds_the_persisted_fields():
     assert snap["members"]["a"]["assignment"] == b"x"
     assert snap["static_members"] == {"i-b": "b"}
     assert snap["leader_id"] == "b" and snap["state"] == "Empty"
+
+
+def test_protocol_support_follows_protocol_changes_and_removals():
+    # The per-protocol support counts (what keeps a join O(1)) stay right as members change.
+    g = ClassicGroup("g")
+    g.add(member("a", protocols=(("range", b""), ("roundrobin", b""))))
+    g.add(member("b", protocols=(("roundrobin", b""), ("range", b""))))
+    assert g.candidate_protocols() == ["range", "roundrobin"]
+    g.set_protocols(g.members["b"], (("roundrobin", b""),))
+    assert g.candidate_protocols() == ["roundrobin"]
+    assert not g.supports("consumer", ["range"]) and g.supports("consumer", ["roundrobin", "x"])
+    g.remove("b")
+    assert g.candidate_protocols() == ["range", "roundrobin"] and g.supports("consumer", ["range"])
+    g.remove("a")
+    assert g.candidate_protocols() == [] and g._support == {}

@@ -183,15 +183,14 @@ def _add_and_rebalance(shard: Shard, group: ClassicGroup, req: JoinRequest, memb
 
 def _update_and_rebalance(shard: Shard, group: ClassicGroup, member: ClassicMember, req: JoinRequest, reply: Reply,
                           now_ms: int) -> list[R.CoordinatorRecord]:
-    member.protocols = req.protocols
+    group.set_protocols(member, req.protocols)
     member.rebalance_timeout_ms = req.rebalance_timeout_ms
     member.session_timeout_ms = req.session_timeout_ms
     member.client_id, member.client_host = req.client_id, req.client_host
     if member.join_reply is not None and member.join_reply is not reply:
         # A second JoinGroup from the same member: the newer one is answered.
         shard.respond(member.join_reply, error_join(UNKNOWN_MEMBER_ID, member.member_id))
-    member.join_reply = reply
-    member.join_version = req.version
+    group.park_join(member, reply, req.version)
     if group.is_(S.PREPARING_REBALANCE):
         return maybe_complete_join(shard, group, now_ms)
     return prepare_rebalance(shard, group, now_ms)
@@ -255,9 +254,9 @@ def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_i
             else:
                 shard.respond(reply, join_response(group, new_id, leader=previous_leader or ""))
             return [R.classic_group(group)]
-        member.join_reply, member.join_version = reply, req.version
+        group.park_join(member, reply, req.version)
         return prepare_rebalance(shard, group, now_ms)
-    member.join_reply, member.join_version = reply, req.version
+    group.park_join(member, reply, req.version)
     if group.is_(S.COMPLETING_REBALANCE):
         # The leader may be assigning to the old member id: start over.
         return prepare_rebalance(shard, group, now_ms)

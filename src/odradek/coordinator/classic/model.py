@@ -92,6 +92,8 @@ class ClassicGroup:
         self.pending_sync: set[str] = set()  # joined this generation, SyncGroup not seen yet
         self.new_member_added = False  # extends the initial rebalance delay
         self.initial_delay = False  # the join phase waits out group.initial.rebalance.delay.ms
+        self._awaiting = 0  # members parked in JoinGroup (kept, not counted: joins are O(1))
+        self._support: dict[str, int] = {}  # protocol name -> members supporting it (Kafka keeps the same)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -106,10 +108,36 @@ class ClassicGroup:
 
     # --- membership ------------------------------------------------------------------------
 
+    def park_join(self, member: ClassicMember, reply: Reply, version: int) -> None:
+        if member.join_reply is None:
+            self._awaiting += 1
+        member.join_reply, member.join_version = reply, version
+
+    def unpark_join(self, member: ClassicMember) -> None:
+        if member.join_reply is not None:
+            self._awaiting -= 1
+            member.join_reply = None
+
+    def _count(self, member: ClassicMember, delta: int) -> None:
+        for name in set(member.names()):
+            n = self._support.get(name, 0) + delta
+            if n:
+                self._support[name] = n
+            else:
+                del self._support[name]
+
+    def set_protocols(self, member: ClassicMember, protocols: tuple[tuple[str, bytes], ...]) -> None:
+        self._count(member, -1)
+        member.protocols = protocols
+        self._count(member, +1)
+
     def add(self, member: ClassicMember) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
+        self._count(member, +1)
+        if member.join_reply is not None:
+            self._awaiting += 1
         if member.instance_id:
             self.static_members[member.instance_id] = member.member_id
         if self.leader_id is None:
@@ -120,6 +148,9 @@ class ClassicGroup:
         self.pending_sync.discard(member_id)
         if member is None:
             return None
+        if member.join_reply is not None:
+            self._awaiting -= 1
+        self._count(member, -1)
         if member.instance_id and self.static_members.get(member.instance_id) == member_id:
             del self.static_members[member.instance_id]
         if self.leader_id == member_id:
@@ -131,10 +162,10 @@ class ClassicGroup:
         return self.members.get(mid) if mid else None
 
     def awaiting_join(self) -> int:
-        return sum(1 for m in self.members.values() if m.join_reply is not None)
+        return self._awaiting
 
     def all_joined(self) -> bool:
-        return not self.pending_members and all(m.join_reply is not None for m in self.members.values())
+        return not self.pending_members and self._awaiting == len(self.members)
 
     def rebalance_timeout_ms(self) -> int:
         # Kafka waits for the slowest member: the largest rebalance timeout of the group.
@@ -144,18 +175,16 @@ class ClassicGroup:
 
     def candidate_protocols(self) -> list[str]:
         """The protocols every member supports, in the first member's order."""
-        members = list(self.members.values())
-        if not members:
+        if not self.members:
             return []
-        common = set(members[0].names())
-        for m in members[1:]:
-            common &= set(m.names())
-        return [n for n in members[0].names() if n in common]
+        everyone = len(self.members)
+        return [n for n in next(iter(self.members.values())).names() if self._support.get(n) == everyone]
 
     def supports(self, protocol_type: str, names: list[str]) -> bool:
         if not self.members:
             return bool(protocol_type) and bool(names)
-        return protocol_type == self.protocol_type and any(n in set(names) for n in self.candidate_protocols())
+        everyone = len(self.members)
+        return protocol_type == self.protocol_type and any(self._support.get(n) == everyone for n in names)
 
     def select_protocol(self) -> str:
         """Each member votes for its most preferred protocol that all support; most votes win

@@ -183,7 +183,7 @@ def complete_join(shard: Shard, group: ClassicGroup, now_ms: int) -> list[R.Coor
     for m in joined:
         is_leader = m.member_id == group.leader_id
         shard.respond(m.join_reply, join_response(group, m.member_id, members=everyone if is_leader else []))
-        m.join_reply = None
+        group.unpark_join(m)
         m.is_new = False
         schedule_heartbeat(shard, group, m, now_ms)
     group.pending_sync = set(group.members)
