@@ -752,10 +752,23 @@ def section_replay(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------
 
 
+def _classic_heartbeats(runtime, hbs, now: int, count: int, max_s: float) -> tuple[int, float]:
+    from odradek.coordinator.classic.sync import heartbeat as classic_heartbeat
+
+    done, errors = 0, 0
+    start = time.perf_counter()
+    deadline = start + max_s
+    while done < count and time.perf_counter() < deadline:
+        for h in hbs[: count - done]:
+            errors += runtime.run(GROUP, lambda shard, t, h=h: classic_heartbeat(shard, h, t), now)["error_code"] != 0
+        done += min(len(hbs), count - done)
+    assert errors == 0
+    return done, time.perf_counter() - start
+
+
 def section_classic(args: argparse.Namespace) -> None:
     from odradek.coordinator.classic.join import JoinRequest, join
     from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest, sync
-    from odradek.coordinator.classic.sync import heartbeat as classic_heartbeat
 
     print(f"\n== classic: a group forms (JoinGroup v3 x n, SyncGroup x n), then classic Heartbeats "
           f"round-robin over the Stable group; one shard, in process; {args.heartbeats:,} heartbeats per run "
@@ -763,8 +776,12 @@ def section_classic(args: argparse.Namespace) -> None:
     rows = []
     for n in args.member_list:
         written = [0]
+
+        def count_records(_p, recs, _now, written=written):
+            written[0] += len(recs)
+
         config = CoordinatorConfig(offsets_topic_partitions=1, initial_rebalance_delay_ms=3_000)
-        runtime = CoordinatorRuntime(config, lambda _p, recs, _now: written.__setitem__(0, written[0] + len(recs)))
+        runtime = CoordinatorRuntime(config, count_records)
         runtime.load(0, [], 0)
         now = 1_000
         meta = struct.pack(">hi", 0, 1) + struct.pack(">h", 5) + b"topic" + struct.pack(">i", -1)  # subscription v0
@@ -794,30 +811,20 @@ def section_classic(args: argparse.Namespace) -> None:
         for mid in mids:
             if mid != leader:
                 req = SyncRequest(GROUP, mid, gen)
-                runtime.run(GROUP, lambda shard, t, req=req: sync(shard, req, synced.append, t), now)
+                runtime.run(GROUP, lambda shard, t, req=req, out=synced: sync(shard, req, out.append, t), now)
         req = SyncRequest(GROUP, leader, gen, assignments=tuple((m, assignment) for m in mids))
-        runtime.run(GROUP, lambda shard, t, req=req: sync(shard, req, synced.append, t), now)
+        runtime.run(GROUP, lambda shard, t, req=req, out=synced: sync(shard, req, out.append, t), now)
         t_sync = time.perf_counter() - t0
         assert len(synced) == n and all(r["error_code"] == 0 for r in synced)
         hbs = [ClassicHeartbeat(GROUP, mid, gen) for mid in mids]
 
-        def one_run(count: int) -> tuple[int, float]:
-            done, errors = 0, 0
-            start = time.perf_counter()
-            deadline = start + args.max_seconds
-            while done < count and time.perf_counter() < deadline:
-                for h in hbs[: count - done]:
-                    errors += runtime.run(GROUP, lambda shard, t, h=h: classic_heartbeat(shard, h, t), now)["error_code"] != 0
-                done += min(len(hbs), count - done)
-            assert errors == 0
-            return done, time.perf_counter() - start
-
-        one_run(min(n, args.heartbeats))
-        rates = [d / s for d, s in (one_run(args.heartbeats) for _ in range(args.repeat))]
+        one_run = _classic_heartbeats
+        one_run(runtime, hbs, now, min(n, args.heartbeats), args.max_seconds)
+        rates = [d / s for d, s in (one_run(runtime, hbs, now, args.heartbeats, args.max_seconds)
+                                    for _ in range(args.repeat))]
         med = statistics.median(rates)
         rows.append((f"{n:,}", f"{t_join * 1000:,.0f}", f"{t_complete * 1000:,.0f}", f"{t_sync * 1000:,.0f}",
                      f"{(t_join + t_complete + t_sync) * 1e6 / n:,.1f}", fmt_int(med), fmt_us(1e6 / med), str(written[0])))
-        del runtime, boxes, hbs
     table(("members", "joins ms", "complete ms", "syncs ms", "µs/member", "heartbeats/s", "µs/hb", "records"), rows)
 
 

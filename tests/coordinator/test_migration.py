@@ -250,7 +250,7 @@ def test_no_upgrade_between_generations():
     # After a rebalance reset the assignments, what a cooperative member still holds is
     # unknown: converting could hand it to someone else. Kafka refuses too.
     c = _coord()
-    a, b, gen = _classic_pair(c)
+    a, b, _gen = _classic_pair(c)
     c.join(member=a, protocols=_sub([0, 1]), version=3)
     c.join(member=b, protocols=_sub([2, 3]), version=3)  # CompletingRebalance, nobody synced yet
     c.join(member=b, protocols=_sub([2]), version=3)  # changed metadata: a new rebalance resets the assignments
