@@ -257,3 +257,31 @@ def test_no_upgrade_between_generations():
     assert c.classic().state is ClassicState.PREPARING_REBALANCE
     assert c.hb(member="C", epoch=0, topics=("foo",))["error_code"] == GROUP_ID_NOT_FOUND
     assert c.classic() is not None and c.group() is None
+
+
+def test_a_classic_static_member_replacing_the_last_consumer_member_downgrades_without_rebalance():
+    c = _coord()
+    a, b, _gen = _classic_pair(c)
+    c.hb(member="C", epoch=0, topics=("foo",), instance_id="ic")
+    for _ in range(4):  # everyone converges: the classic members rejoin and revoke, C takes its share
+        for mid in (a, b):
+            if c.cheartbeat(member=mid, generation=c.group().members[mid].member_epoch) == REBALANCE_IN_PROGRESS:
+                _rejoin_and_sync(c, mid, sorted(_owned(c, mid).get(FOO, [])))
+        c.member_hb("g", "C")
+    assert c.group().state is GroupState.STABLE
+    held = sorted(_owned(c, "C")[FOO])
+    epoch = c.group().group_epoch
+    c.hb(member="C", epoch=-2, instance_id="ic")  # static leave: C keeps its assignment
+    j = c.join(protocols=_sub(), version=5, instance_id="ic")  # the classic incarnation of C
+    assert j[0]["error_code"] == NONE
+    new = j[0]["member_id"]
+    g = c.classic()
+    assert c.group() is None and g is not None and g.state is ClassicState.STABLE
+    assert g.generation == epoch == j[0]["generation_id"] and set(g.members) == {a, b, new}
+    # No rebalance: it syncs straight away and gets what C held; the others heartbeat on.
+    s = c.sync(member=new, generation=epoch, instance_id="ic")
+    assert sorted(decode_assignment(s[0]["assignment"])["foo"]) == held
+    assert c.cheartbeat(member=a, generation=epoch) == NONE
+    snap = c.snapshot()
+    c.restart()
+    assert c.snapshot() == snap

@@ -27,7 +27,10 @@ Theory of operation:
     others are classic members, the policy allows downgrades and they fit
     `group.max.size`, the group becomes a Stable classic group at generation = group
     epoch with each member's target assignment, and a rebalance starts so the classic
-    members rejoin under the classic protocol.
+    members rejoin under the classic protocol. When instead a classic static member takes
+    the place of the last consumer-protocol member (same group.instance.id, as in a
+    rolling downgrade of static members), the group becomes classic with no rebalance:
+    the newcomer syncs at generation = its epoch and gets its predecessor's assignment.
 """
 
 from __future__ import annotations
@@ -207,6 +210,9 @@ def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now
         "error_code": NONE, "generation_id": result.response["member_epoch"], "protocol_type": CONSUMER,
         "protocol_name": req.protocols[0][0], "leader": "", "skip_assignment": False, "member_id": mid, "members": [],
     })
+    if req.instance_id is not None and not req.member_id:
+        # It may have replaced the last consumer-protocol member: then the group downgrades.
+        return Result(result.records, Then(lambda s, now: _downgrade_if_all_classic(s, gid, now)))
     return Result(result.records, None)
 
 
@@ -335,9 +341,27 @@ def downgrade_if_possible(shard: Shard, group: ConsumerGroup, leaving_mid: str, 
     others = [m for m in group.members.values() if m.member_id != leaving_mid]
     if leaving is None or leaving.classic is not None or not others or any(m.classic is None for m in others):
         return None
-    cfg = shard.config
-    if not cfg.allows_downgrade() or len(others) > cfg.classic_max_size:
+    if not shard.config.allows_downgrade() or len(others) > shard.config.classic_max_size:
         return None
+    classic, records = _to_classic(shard, group, others, now_ms)
+    # The classic members learn of the new generation by REBALANCE_IN_PROGRESS and rejoin.
+    return records + prepare_rebalance(shard, classic, now_ms)
+
+
+def _downgrade_if_all_classic(shard: Shard, gid: str, now_ms: int) -> Result:
+    """A classic static member took the place of the last consumer-protocol member (KIP-345
+    replacement during a rolling downgrade): the group becomes classic, with no rebalance."""
+    group = shard.consumer_groups.get(gid)
+    if group is None or not group.members or any(m.classic is None for m in group.members.values()):
+        return Result([], None)
+    if not shard.config.allows_downgrade() or len(group.members) > shard.config.classic_max_size:
+        return Result([], None)
+    return Result(_to_classic(shard, group, list(group.members.values()), now_ms)[1], None)
+
+
+def _to_classic(shard: Shard, group: ConsumerGroup, keep: list[ConsumerMember], now_ms: int):
+    """(the Stable classic group made of `keep`, the records replacing the consumer group by it)."""
+    others = keep
     gid = group.group_id
     records = [R.current_assignment_tombstone(gid, mid) for mid in group.members]
     records += [R.target_member_tombstone(gid, mid) for mid in group.target]
@@ -366,5 +390,4 @@ def downgrade_if_possible(shard: Shard, group: ConsumerGroup, leaving_mid: str, 
         cancel_member_timers(shard, gid, mid)
     for cm in classic.members.values():
         schedule_heartbeat(shard, classic, cm, now_ms)
-    # The classic members learn of the new generation by REBALANCE_IN_PROGRESS and rejoin.
-    return records + prepare_rebalance(shard, classic, now_ms)
+    return classic, records
