@@ -9,6 +9,12 @@ after a restart equals the state before it (`snapshot()` makes that comparable).
 
 Side effects other than state (timers) are scheduled by handlers on the injected timer,
 as Kafka's coordinator does; after a load, `on_loaded` re-arms them.
+
+Classic groups are the exception, as in Kafka: their rebalance is transient state that
+the classic handlers change directly, and their GroupMetadata record is a snapshot of the
+group that only loading replays (classic/model.py). Classic requests that wait (JoinGroup,
+SyncGroup) are answered through reply callbacks queued in `outbox`, which the runtime
+drains once the records of the same operation are written.
 """
 
 from __future__ import annotations
