@@ -52,10 +52,10 @@ from .consumer.heartbeat import (
     _heartbeat,
     arm_timers,
     cancel_member_timers,
-    expire_member,
+    expire_op,
     heartbeat,
     remove_member_records,
-    session_timeout_ms,
+    schedule_session,
 )
 from .consumer.model import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState
 from .consumer_protocol import (
@@ -74,6 +74,7 @@ from .errors import (
     UNKNOWN_MEMBER_ID,
     CoordinatorError,
 )
+from .members import known_member
 from .records import RecordError
 from .shard import Result, Shard, Then
 
@@ -205,7 +206,7 @@ def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now
         return _join_error(shard, reply, exc.code, mid)
     shard.timer.cancel(("classic-join", gid, mid))
     shard.timer.schedule(("classic-sync", gid, mid), now_ms + req.rebalance_timeout_ms,
-                         lambda s, now: _fence(s, gid, mid, now))
+                         expire_op(gid, mid))  # did not sync within its rebalance timeout
     shard.respond(reply, {
         "error_code": NONE, "generation_id": result.response["member_epoch"], "protocol_type": CONSUMER,
         "protocol_name": req.protocols[0][0], "leader": "", "skip_assignment": False, "member_id": mid, "members": [],
@@ -225,22 +226,9 @@ def _supports(group: ConsumerGroup, req: JoinRequest) -> bool:
     return bool(names & common)
 
 
-def _fence(shard: Shard, gid: str, mid: str, now_ms: int) -> Result:
-    """A classic member that did not rejoin or sync within its rebalance timeout."""
-    return expire_member(shard, gid, mid, now_ms)
-
-
 def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerMember:
-    if instance_id is not None:
-        member = group.member_by_instance(instance_id)
-        if member is None:
-            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if member.member_id != member_id:
-            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
-                                   f"was fenced by member {member.member_id}.")
-    else:
-        member = group.members.get(member_id)
-    if member is None or member.classic is None:
+    member = known_member(group, member_id, instance_id)
+    if member.classic is None:
         raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of group {group.group_id}.")
     return member
 
@@ -254,7 +242,8 @@ def _rebalance_needed(shard: Shard, group: ConsumerGroup, member: ConsumerMember
     key = ("classic-join", group.group_id, member.member_id)
     if needed and key not in shard.timer:
         gid, mid = group.group_id, member.member_id
-        shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0), lambda s, now: _fence(s, gid, mid, now))
+        # it must rejoin within its rebalance timeout, or it is fenced
+        shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0), expire_op(gid, mid))
     return needed
 
 
@@ -266,12 +255,6 @@ def _waiting_on_unreleased(group: ConsumerGroup, member: ConsumerMember) -> bool
             if p not in mine and group.owners.get((t, p)) not in (None, member.member_id):
                 return True
     return False
-
-
-def _session(shard: Shard, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> None:
-    gid, mid = group.group_id, member.member_id
-    shard.timer.schedule(("session", gid, mid), now_ms + session_timeout_ms(shard, gid, member),
-                         lambda s, now: expire_member(s, gid, mid, now))
 
 
 def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now_ms: int) -> Result:
@@ -289,7 +272,7 @@ def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now
         return Result([], None)
     gid = group.group_id
     shard.timer.cancel(("classic-sync", gid, member.member_id))
-    _session(shard, group, member, now_ms)
+    schedule_session(shard, gid, member, now_ms)
     names = _ids_to_names(shard, member.assigned)
     version = metadata_version(member.classic.protocols[0][1] if member.classic.protocols else None)
     shard.respond(reply, {"error_code": NONE, "protocol_type": req.protocol_type, "protocol_name": req.protocol_name,
@@ -303,7 +286,7 @@ def classic_heartbeat(shard: Shard, group: ConsumerGroup, req: ClassicHeartbeat,
         check_generation(req.generation, member.member_epoch)
     except CoordinatorError as exc:
         return Result([], {"error_code": exc.code})
-    _session(shard, group, member, now_ms)
+    schedule_session(shard, group.group_id, member, now_ms)
     if _rebalance_needed(shard, group, member, now_ms):
         return Result([], {"error_code": REBALANCE_IN_PROGRESS})
     return Result([], {"error_code": NONE})
@@ -359,9 +342,8 @@ def _downgrade_if_all_classic(shard: Shard, gid: str, now_ms: int) -> Result:
     return Result(_to_classic(shard, group, list(group.members.values()), now_ms)[1], None)
 
 
-def _to_classic(shard: Shard, group: ConsumerGroup, keep: list[ConsumerMember], now_ms: int):
-    """(the Stable classic group made of `keep`, the records replacing the consumer group by it)."""
-    others = keep
+def _to_classic(shard: Shard, group: ConsumerGroup, others: list[ConsumerMember], now_ms: int):
+    """(the Stable classic group made of `others`, the records replacing the consumer group by it)."""
     gid = group.group_id
     records = [R.current_assignment_tombstone(gid, mid) for mid in group.members]
     records += [R.target_member_tombstone(gid, mid) for mid in group.target]

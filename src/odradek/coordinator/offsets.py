@@ -27,6 +27,7 @@ from . import records as R
 from .classic.model import ClassicGroup, ClassicState
 from .classic.sync import check_member
 from .consumer.model import ConsumerGroup, ConsumerMember
+from .consumer_protocol import decode_subscription
 from .errors import (
     GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC,
@@ -40,6 +41,7 @@ from .errors import (
     UNSUPPORTED_VERSION,
     CoordinatorError,
 )
+from .records import RecordError
 from .shard import Result, Shard
 
 MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
@@ -222,9 +224,6 @@ def delete(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]], now
 
 def _classic_subscribed(group: ClassicGroup) -> set[str]:
     """The topics a classic consumer group's members subscribe to (their embedded protocol metadata)."""
-    from .consumer_protocol import decode_subscription
-    from .records import RecordError
-
     topics: set[str] = set()
     for m in group.members.values():
         try:

@@ -120,10 +120,10 @@ def test_all_joined_counts_parked_joins_and_pending_members():
     g.add(member("a"))
     g.add(member("b"))
     assert not g.all_joined()
-    g.park_join(g.members["a"], lambda r: None, 5)
+    g.park_join(g.members["a"], lambda r: None)
     assert g.awaiting_join() == 1 and not g.all_joined()
-    g.park_join(g.members["a"], lambda r: None, 5)  # a second join of the same member counts once
-    g.park_join(g.members["b"], lambda r: None, 5)
+    g.park_join(g.members["a"], lambda r: None)  # a second join of the same member counts once
+    g.park_join(g.members["b"], lambda r: None)
     assert g.awaiting_join() == 2 and g.all_joined()
     g.pending_members.add("p")
     assert not g.all_joined()

@@ -136,8 +136,7 @@ def _new_member(req: JoinRequest, member_id: str, reply: Reply | None) -> Classi
     return ClassicMember(
         member_id=member_id, instance_id=req.instance_id, client_id=req.client_id, client_host=req.client_host,
         rebalance_timeout_ms=req.rebalance_timeout_ms, session_timeout_ms=req.session_timeout_ms,
-        protocol_type=req.protocol_type, protocols=req.protocols, join_reply=reply, join_version=req.version,
-        is_new=True,
+        protocol_type=req.protocol_type, protocols=req.protocols, join_reply=reply,
     )
 
 
@@ -190,7 +189,7 @@ def _update_and_rebalance(shard: Shard, group: ClassicGroup, member: ClassicMemb
     if member.join_reply is not None and member.join_reply is not reply:
         # A second JoinGroup from the same member: the newer one is answered.
         shard.respond(member.join_reply, error_join(UNKNOWN_MEMBER_ID, member.member_id))
-    group.park_join(member, reply, req.version)
+    group.park_join(member, reply)
     if group.is_(S.PREPARING_REBALANCE):
         return maybe_complete_join(shard, group, now_ms)
     return prepare_rebalance(shard, group, now_ms)
@@ -235,7 +234,6 @@ def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_i
             shard.respond(parked, error_join(FENCED_INSTANCE_ID, old.member_id) if parked is old.join_reply
                           else sync_error(FENCED_INSTANCE_ID))
     member = _new_member(req, new_id, None)
-    member.is_new = False
     member.assignment = old.assignment
     group.add(member)
     if was_leader:
@@ -254,9 +252,9 @@ def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_i
             else:
                 shard.respond(reply, join_response(group, new_id, leader=previous_leader or ""))
             return [R.classic_group(group)]
-        group.park_join(member, reply, req.version)
+        group.park_join(member, reply)
         return prepare_rebalance(shard, group, now_ms)
-    group.park_join(member, reply, req.version)
+    group.park_join(member, reply)
     if group.is_(S.COMPLETING_REBALANCE):
         # The leader may be assigning to the old member id: start over.
         return prepare_rebalance(shard, group, now_ms)

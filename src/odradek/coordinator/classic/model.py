@@ -57,9 +57,7 @@ class ClassicMember:
     protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in the member's preference order
     assignment: bytes = b""
     join_reply: Reply | None = None  # a JoinGroup parked until the join phase completes
-    join_version: int = 0
     sync_reply: Reply | None = None  # a SyncGroup parked until the leader's assignment arrives
-    is_new: bool = False
 
     def metadata(self, protocol: str | None) -> bytes | None:
         for name, meta in self.protocols:
@@ -108,10 +106,10 @@ class ClassicGroup:
 
     # --- membership ------------------------------------------------------------------------
 
-    def park_join(self, member: ClassicMember, reply: Reply, version: int) -> None:
+    def park_join(self, member: ClassicMember, reply: Reply) -> None:
         if member.join_reply is None:
             self._awaiting += 1
-        member.join_reply, member.join_version = reply, version
+        member.join_reply = reply
 
     def unpark_join(self, member: ClassicMember) -> None:
         if member.join_reply is not None:

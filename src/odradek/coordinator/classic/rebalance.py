@@ -27,13 +27,12 @@ from .model import ClassicGroup, ClassicMember, ClassicState
 S = ClassicState
 
 
-def join_response(group: ClassicGroup, member_id: str, code: int = NONE, *, leader: str | None = None,
+def join_response(group: ClassicGroup, member_id: str, *, leader: str | None = None,
                   members: list | None = None, skip_assignment: bool = False) -> dict:
+    """A successful JoinGroup answer at the group's current generation (errors: `error_join`)."""
     return {
-        "error_code": code, "generation_id": group.generation if code == NONE else -1,
-        "protocol_type": group.protocol_type if code == NONE else None,
-        "protocol_name": group.protocol_name if code == NONE else None,
-        "leader": (group.leader_id if leader is None else leader) if code == NONE else "",
+        "error_code": NONE, "generation_id": group.generation, "protocol_type": group.protocol_type,
+        "protocol_name": group.protocol_name, "leader": group.leader_id if leader is None else leader,
         "skip_assignment": skip_assignment, "member_id": member_id, "members": members or [],
     }
 
@@ -184,7 +183,6 @@ def complete_join(shard: Shard, group: ClassicGroup, now_ms: int) -> list[R.Coor
         is_leader = m.member_id == group.leader_id
         shard.respond(m.join_reply, join_response(group, m.member_id, members=everyone if is_leader else []))
         group.unpark_join(m)
-        m.is_new = False
         schedule_heartbeat(shard, group, m, now_ms)
     group.pending_sync = set(group.members)
     generation = group.generation

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from .. import records as R
 from ..errors import (
-    FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_GROUP_ID,
@@ -28,6 +27,7 @@ from ..errors import (
     UNKNOWN_MEMBER_ID,
     CoordinatorError,
 )
+from ..members import known_member
 from ..shard import Result, Shard
 from .model import ClassicGroup, ClassicMember, ClassicState, Reply
 from .rebalance import schedule_heartbeat, sync_error
@@ -49,17 +49,7 @@ class SyncRequest:
 def check_member(group: ClassicGroup | None, member_id: str, instance_id: str | None) -> ClassicMember:
     if group is None:
         raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
-    if instance_id:
-        owner = group.static_members.get(instance_id)
-        if owner is None:
-            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if owner != member_id:
-            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
-                                   f"was fenced by member {owner}.")
-    member = group.members.get(member_id)
-    if member is None:
-        raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
-    return member
+    return known_member(group, member_id, instance_id)
 
 
 def check_generation(generation: int, expected: int) -> None:

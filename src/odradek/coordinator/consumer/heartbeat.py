@@ -27,7 +27,6 @@ from typing import Any
 
 from .. import records as R
 from ..errors import (
-    FENCED_INSTANCE_ID,
     FENCED_MEMBER_EPOCH,
     GROUP_ID_NOT_FOUND,
     GROUP_MAX_SIZE_REACHED,
@@ -39,6 +38,7 @@ from ..errors import (
     UNSUPPORTED_ASSIGNOR,
     CoordinatorError,
 )
+from ..members import known_member
 from ..shard import Result, Shard
 from .assignment import (
     InvalidRegex,
@@ -156,12 +156,7 @@ def _find_member(shard: Shard, group: ConsumerGroup | None, req: HeartbeatReques
                 raise CoordinatorError(UNRELEASED_INSTANCE_ID, f"Static member {static.member_id} with instance id "
                                        f"{req.instance_id} is present in the consumer group.")
             return None, static
-        if static is None:
-            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-        if static.member_id != req.member_id:
-            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
-                                   f"{req.instance_id} was fenced by member {static.member_id}.")
-        return static, None
+        return known_member(group, req.member_id, req.instance_id), None
     member = group.members.get(req.member_id) if group else None
     if member is None and req.member_epoch != 0:
         raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {req.group_id}.")
@@ -215,7 +210,7 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
     gid = req.group_id
     if m.classic is not None:
         return None  # a consumer-protocol heartbeat from a classic member converts it: general path
-    shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid), _session_op(gid, m.member_id))
+    shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid), expire_op(gid, m.member_id))
     assignment = None
     if req.is_full:
         assignment = {"topic_partitions": [
@@ -226,7 +221,8 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
                        "assignment": assignment})
 
 
-def _session_op(gid: str, mid: str):
+def expire_op(gid: str, mid: str):
+    """A timer operation removing the member (its session, or a deadline it missed, ran out)."""
     return lambda s, now: expire_member(s, gid, mid, now)
 
 
@@ -362,9 +358,14 @@ def session_timeout_ms(shard: Shard, gid: str, member: ConsumerMember) -> int:
     return member.classic.session_timeout_ms if member.classic is not None else shard.session_timeout_ms(gid)
 
 
+def schedule_session(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
+    shard.timer.schedule(("session", gid, member.member_id), now_ms + session_timeout_ms(shard, gid, member),
+                         expire_op(gid, member.member_id))
+
+
 def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
     mid = member.member_id
-    shard.timer.schedule(("session", gid, mid), now_ms + session_timeout_ms(shard, gid, member), _session_op(gid, mid))
+    schedule_session(shard, gid, member, now_ms)
     key = ("rebalance", gid, mid)
     # A classic member revokes by rejoining: it has join and sync timers instead (migration.py).
     if member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch != STATIC_LEAVE_EPOCH \
@@ -426,17 +427,7 @@ def leave(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     group = shard.consumer_groups.get(gid)
     if group is None:
         raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Consumer group {gid} not found.")
-    if req.instance_id is not None:
-        member = group.member_by_instance(req.instance_id)
-        if member is None:
-            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
-        if member.member_id != req.member_id:
-            raise CoordinatorError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
-                                   f"{req.instance_id} was fenced by member {member.member_id}.")
-    else:
-        member = group.members.get(req.member_id)
-        if member is None:
-            raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {gid}.")
+    member = known_member(group, req.member_id, req.instance_id)
     response = {"error_code": NONE, "error_message": None, "member_id": req.member_id,
                 "member_epoch": req.member_epoch, "heartbeat_interval": 0, "assignment": None}
     if req.member_epoch == STATIC_LEAVE_EPOCH:
