@@ -40,11 +40,6 @@ BROKER_OPTS = [
 TIMEOUT = 20.0  # seconds, for any single wait in these tests
 
 
-def assert_clean_log(b) -> None:
-    log = b.log_path.read_text()
-    assert "Traceback" not in log and " ERROR " not in log, f"broker logged errors:\n{log[-3000:]}"
-
-
 def wait_until(cond, timeout: float, what, step: float = 0.02) -> float:
     """Wait (sleeping) until cond() holds; returns the time it held."""
     deadline = time.monotonic() + timeout
@@ -55,10 +50,6 @@ def wait_until(cond, timeout: float, what, step: float = 0.02) -> float:
             detail = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout}s waiting for {detail}")
         time.sleep(step)
-
-
-def tps(topic: str, partitions) -> set[tuple[str, int]]:
-    return {(topic, p) for p in partitions}
 
 
 # --------------------------------------------------------------------------- journal
@@ -340,28 +331,6 @@ class CKMember:
         if not self.closed:
             self.closed = True
             self.consumer.close()  # runs the revoke callback for what it holds (commits it), then leaves
-
-
-def poll_all(members, cond, timeout: float, what, each_round=None) -> float:
-    """Poll every (open) member round-robin until cond() holds; returns the time it held."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for m in members:
-            m.poll()
-        if each_round is not None:
-            each_round()
-        if cond():
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            detail = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {detail}")
-
-
-def poll_for(members, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for m in members:
-            m.poll()
 
 
 CHILD = r"""

@@ -47,14 +47,15 @@ from .classic_clients import (
     CKMember,
     Journal,
     KPMember,
-    assert_clean_log,
     ck_conf,
     partition_split,
-    poll_all,
-    poll_for,
-    tps,
     wait_until,
 )
+
+# The KIP-848 interop tests' polling loop and small helpers serve here too.
+from .test_consumer_groups import assert_clean_log, poll_for, tps
+from .test_consumer_groups import described_assignment as ck_described_assignment
+from .test_consumer_groups import poll_until as poll_all
 
 pytestmark = pytest.mark.interop
 
@@ -152,10 +153,6 @@ def kp_described_assignment(desc: dict) -> dict[str, set[tuple[str, int]]]:
 
 def ck_describe(adm: AdminClient, group: str):
     return adm.describe_consumer_groups([group], request_timeout=10)[group].result(TIMEOUT)
-
-
-def ck_described_assignment(desc) -> dict[str, set[tuple[str, int]]]:
-    return {m.member_id: {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions} for m in desc.members}
 
 
 def ck_committed(adm: AdminClient, group: str, topic: str, partitions: int) -> dict[int, int]:
