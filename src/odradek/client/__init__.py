@@ -1,0 +1,35 @@
+"""odradek's Kafka client: producer, consumer (manual and group, KIP-848 or classic), admin.
+
+`AsyncProducer`, `AsyncConsumer`, `AsyncAdmin` are the asyncio API; `Producer`,
+`Consumer`, `Admin` the synchronous facade. The protocol cores they drive are sans-I/O:
+`wire` (framing, correlation ids), `membership` (KIP-848 member), `classic` (classic
+member), `accumulator` (producer batching), `fetcher` (positions and fetches).
+"""
+
+from .admin import (
+    AsyncAdmin,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+)
+from .cluster import TopicPartition
+from .consumer import AsyncConsumer, RebalanceListener
+from .errors import (
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedApiError,
+)
+from .fetcher import ConsumerRecord
+from .offsets import OffsetAndMetadata, OffsetAndTimestamp
+from .producer import AsyncProducer, RecordMetadata
+from .sync import Admin, Consumer, Producer
+
+__all__ = [
+    "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "Consumer", "ConsumerRecord", "GroupDescription",
+    "GroupListing", "IllegalStateError", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
+    "MemberDescription", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "RebalanceListener",
+    "RecordMetadata", "TopicPartition", "UnsupportedApiError",
+]

@@ -1,0 +1,323 @@
+"""The asyncio admin client: topics, partitions, cluster, groups and group offsets.
+
+Theory of operation: each method is one or two requests through the shared `Client`
+(topic requests to any broker; group requests to the group's coordinator), with
+Kafka's per-item error codes turned into `KafkaError`s. Group descriptions cover both
+group types: ConsumerGroupDescribe for KIP-848 groups (epochs, assignor, each
+member's current and target assignment), DescribeGroups for classic ones, whose
+member assignments are decoded from the embedded consumer protocol. Resetting offsets
+computes the target offsets (earliest, latest, an offset, a timestamp, a shift) and
+commits them as a simple group, which the coordinator only accepts for an empty group,
+as kafka-consumer-groups.sh requires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Self
+
+from kio.schema.errors import ErrorCode
+
+from odradek.coordinator.consumer_protocol import decode_assignment, decode_subscription
+
+from . import offsets as O
+from .cluster import BrokerInfo, TopicInfo, TopicPartition
+from .errors import KafkaError
+from .net import Client
+from .versions import Api
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1  # -1: the broker's num.partitions
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+    type: str  # "consumer" (KIP-848) or "classic"
+
+
+@dataclass
+class MemberDescription:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    assignment: set[TopicPartition]
+    target: set[TopicPartition] | None = None  # consumer groups only
+    epoch: int | None = None
+    subscription: list[str] = field(default_factory=list)
+    regex: str | None = None
+    member_type: str = "consumer"  # KIP-848 member type: consumer, or classic inside a consumer group
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    type: str
+    state: str
+    protocol_type: str
+    protocol: str  # classic: the selected assignor; consumer: the server assignor
+    epoch: int | None
+    assignment_epoch: int | None
+    members: list[MemberDescription]
+
+
+def _check_all(pairs, what: str) -> None:
+    for name, code, message in pairs:
+        if code != ErrorCode.none:
+            raise KafkaError(code, f"{what} {name}: {message or ''}".rstrip(": "))
+
+
+class AsyncAdmin:
+    def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "odradek-admin",
+                 request_timeout_ms: int = 30000, client: Client | None = None) -> None:
+        self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms)
+        self._own_client = client is None
+        self.timeout_ms = request_timeout_ms
+
+    async def start(self) -> AsyncAdmin:
+        await self.client.refresh_metadata()
+        return self
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_client:
+            await self.client.close()
+
+    async def _controller(self) -> int:
+        """CreateTopics and friends go to the controller (any broker here, as KRaft forwards)."""
+        if self.client.cluster.controller_id in self.client.cluster.brokers:
+            return self.client.cluster.controller_id
+        await self.client.refresh_metadata()
+        return self.client.cluster.controller_id if self.client.cluster.controller_id in self.client.cluster.brokers \
+            else next(iter(self.client.cluster.brokers))
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topics(self, topics: list[NewTopic], *, validate_only: bool = False) -> None:
+        body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
+                            "replication_factor": t.replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in t.configs.items()]} for t in topics],
+                "timeout": self.timeout_ms, "validate_only": validate_only}
+        resp = await self.client.send(await self._controller(), Api.CREATE_TOPICS, body)
+        _check_all(((t.name, t.error_code, t.error_message) for t in resp.topics), "CreateTopics")
+        await self.client.refresh_metadata([t.name for t in topics])
+
+    async def delete_topics(self, names: list[str]) -> None:
+        body = {"topic_names": list(names), "topics": [{"name": n, "topic_id": None} for n in names],
+                "timeout": self.timeout_ms}
+        resp = await self.client.send(await self._controller(), Api.DELETE_TOPICS, body)
+        _check_all(((r.name, r.error_code, getattr(r, "error_message", None)) for r in resp.responses), "DeleteTopics")
+        for n in names:
+            self.client._known_topics.discard(n)
+        await self.client.refresh_metadata(all_topics=True)
+
+    async def create_partitions(self, counts: dict[str, int], *, validate_only: bool = False) -> None:
+        """Grow topics to the given total partition counts."""
+        body = {"topics": [{"name": t, "count": n, "assignments": None} for t, n in counts.items()],
+                "timeout": self.timeout_ms, "validate_only": validate_only}
+        resp = await self.client.send(await self._controller(), Api.CREATE_PARTITIONS, body)
+        _check_all(((r.name, r.error_code, r.error_message) for r in resp.results), "CreatePartitions")
+        await self.client.refresh_metadata(list(counts))
+
+    async def list_topics(self, *, internal: bool = False) -> list[str]:
+        await self.client.refresh_metadata(all_topics=True)
+        return sorted(t for t, info in self.client.cluster.topics.items() if internal or not info.internal)
+
+    async def describe_topics(self, names: list[str] | None = None) -> dict[str, TopicInfo]:
+        if names is None:
+            await self.client.refresh_metadata(all_topics=True)
+            return dict(sorted(self.client.cluster.topics.items()))
+        await self.client.refresh_metadata(list(names))
+        out = {}
+        for n in names:
+            info = self.client.cluster.topics.get(n)
+            if info is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, n)
+            if info.error:
+                raise KafkaError(info.error, n)
+            out[n] = info
+        return out
+
+    async def describe_cluster(self) -> tuple[str | None, int, list[BrokerInfo]]:
+        """(cluster id, controller id, brokers)."""
+        resp = await self.client.send_any(Api.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
+                                                                 "endpoint_type": 1})
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError(resp.error_code, resp.error_message)
+        brokers = [BrokerInfo(int(b.broker_id), b.host, int(b.port), b.rack) for b in resp.brokers]
+        return resp.cluster_id, int(resp.controller_id), sorted(brokers, key=lambda b: b.node_id)
+
+    # ------------------------------------------------------------------ groups
+
+    async def list_groups(self, *, types: list[str] | None = None, states: list[str] | None = None
+                          ) -> list[GroupListing]:
+        body = {"states_filter": list(states or []), "types_filter": list(types or [])}
+        out: dict[str, GroupListing] = {}
+        for node in list(self.client.cluster.brokers):
+            resp = await self.client.send(node, Api.LIST_GROUPS, body)
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, "ListGroups")
+            for g in resp.groups:
+                gtype = (getattr(g, "group_type", "") or "classic").lower()
+                out[g.group_id] = GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "",
+                                               gtype)
+        return sorted(out.values(), key=lambda g: g.group_id)
+
+    async def describe_groups(self, group_ids: list[str]) -> dict[str, GroupDescription]:
+        out: dict[str, GroupDescription] = {}
+        classic: list[str] = []
+        for gid in group_ids:
+            node = await self.client.coordinator(gid)
+            try:
+                resp = await self.client.send(node, Api.CONSUMER_GROUP_DESCRIBE,
+                                              {"group_ids": [gid], "include_authorized_operations": False})
+            except KafkaError as exc:
+                if exc.code != ErrorCode.unsupported_version:
+                    raise
+                classic.append(gid)
+                continue
+            g = resp.groups[0]
+            if g.error_code == ErrorCode.group_id_not_found:
+                classic.append(gid)  # not a consumer group: a classic one, or none at all
+                continue
+            if g.error_code != ErrorCode.none:
+                raise KafkaError(g.error_code, g.error_message or gid)
+            out[gid] = self._consumer_description(g)
+        for gid in classic:
+            node = await self.client.coordinator(gid)
+            resp = await self.client.send(node, Api.DESCRIBE_GROUPS, {"groups": [gid],
+                                                                      "include_authorized_operations": False})
+            g = resp.groups[0]
+            if g.error_code != ErrorCode.none:
+                raise KafkaError(g.error_code, gid)
+            members = []
+            for m in g.members:
+                try:
+                    assignment = decode_assignment(m.member_assignment) if m.member_assignment else {}
+                except Exception:  # noqa: BLE001 - a non-consumer embedded protocol: show no assignment
+                    assignment = {}
+                try:
+                    topics = list(decode_subscription(m.member_metadata).topics) if m.member_metadata else []
+                except Exception:  # noqa: BLE001
+                    topics = []
+                members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                                 {TopicPartition(t, p) for t, ps in assignment.items() for p in ps},
+                                                 subscription=topics, member_type="classic"))
+            out[gid] = GroupDescription(gid, "classic", g.group_state, g.protocol_type, g.protocol_data,
+                                        None, None, members)
+        return out
+
+    @staticmethod
+    def _consumer_description(g) -> GroupDescription:
+        def tps(a) -> set[TopicPartition]:
+            return {TopicPartition(t.topic_name, int(p)) for t in a.topic_partitions for p in t.partitions}
+        members = [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host, tps(m.assignment),
+                                     tps(m.target_assignment), int(m.member_epoch), list(m.subscribed_topic_names),
+                                     m.subscribed_topic_regex,
+                                     "classic" if getattr(m, "member_type", -1) == 0 else "consumer")
+                   for m in g.members]
+        return GroupDescription(g.group_id, "consumer", g.group_state, "consumer", g.assignor_name,
+                                int(g.group_epoch), int(g.assignment_epoch), members)
+
+    async def delete_groups(self, group_ids: list[str]) -> None:
+        for gid in group_ids:
+            node = await self.client.coordinator(gid)
+            resp = await self.client.send(node, Api.DELETE_GROUPS, {"groups_names": [gid]})
+            _check_all(((r.group_id, r.error_code, None) for r in resp.results), "DeleteGroups")
+
+    async def remove_members(self, group_id: str, instance_ids: list[str], reason: str | None = None) -> None:
+        """Remove static members by group.instance.id (KIP-345 admin removal, LeaveGroup v3+)."""
+        node = await self.client.coordinator(group_id)
+        conn = await self.client.connection(node)
+        if conn.version(Api.LEAVE_GROUP) < 3:
+            raise KafkaError(ErrorCode.unsupported_version, "removing static members needs LeaveGroup v3+",
+                             retriable=False)
+        body = {"group_id": group_id, "member_id": "",
+                "members": [{"member_id": "", "group_instance_id": i, "reason": reason} for i in instance_ids]}
+        resp = await self.client.send(node, Api.LEAVE_GROUP, body)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError(resp.error_code, f"LeaveGroup {group_id}")
+        _check_all(((m.group_instance_id, m.error_code, None) for m in resp.members), f"LeaveGroup {group_id}")
+
+    # ------------------------------------------------------------------ group offsets
+
+    async def list_group_offsets(self, group_id: str, tps: list[TopicPartition] | None = None
+                                 ) -> dict[TopicPartition, O.OffsetAndMetadata]:
+        return await O.fetch_committed(self.client, group_id, tps)
+
+    async def alter_group_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        await O.commit(self.client, group_id, {TopicPartition(*tp): o for tp, o in offsets.items()}, retries=3)
+
+    async def delete_group_offsets(self, group_id: str, tps: list[TopicPartition]) -> None:
+        node = await self.client.coordinator(group_id)
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        body = {"group_id": group_id, "topics": [{"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                                                 for t, ps in by_topic.items()]}
+        resp = await self.client.send(node, Api.OFFSET_DELETE, body)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError(resp.error_code, f"OffsetDelete {group_id}")
+        _check_all(((f"{t.name}-{p.partition_index}", p.error_code, None) for t in resp.topics for p in t.partitions),
+                   f"OffsetDelete {group_id}")
+
+    async def plan_offset_reset(self, group_id: str, tps: list[TopicPartition], *, to: str,
+                                value: int | None = None) -> dict[TopicPartition, int]:
+        """Target offsets for kafka-consumer-groups.sh's --to-earliest/--to-latest/--to-offset/
+        --to-datetime (value = ms)/--shift-by (value = delta), clamped to the log's range."""
+        earliest = {tp: ot.offset for tp, ot in (await O.list_offsets(self.client, {tp: O.EARLIEST for tp in tps})).items()}
+        latest = {tp: ot.offset for tp, ot in (await O.list_offsets(self.client, {tp: O.LATEST for tp in tps})).items()}
+        if to == "earliest":
+            target = earliest
+        elif to == "latest":
+            target = latest
+        elif to == "offset":
+            target = {tp: value for tp in tps}
+        elif to == "datetime":
+            found = await O.list_offsets(self.client, {tp: int(value) for tp in tps})
+            target = {tp: (found[tp].offset if found[tp].offset >= 0 else latest[tp]) for tp in tps}
+        elif to == "shift":
+            committed = await O.fetch_committed(self.client, group_id, tps)
+            target = {tp: (committed[tp].offset if tp in committed else latest[tp]) + value for tp in tps}
+        else:
+            raise ValueError(f"unknown reset target {to!r}")
+        return {tp: max(earliest[tp], min(latest[tp], off)) for tp, off in target.items()}
+
+    async def partitions_of(self, topics: list[str]) -> list[TopicPartition]:
+        await self.client.refresh_metadata(list(topics))
+        out = []
+        for t in topics:
+            parts = self.client.cluster.partitions(t)
+            if not parts:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, t)
+            out.extend(parts)
+        return out
+
+    async def group_lag(self, group_id: str) -> dict[TopicPartition, tuple[int | None, int]]:
+        """tp -> (committed offset or None, log end offset) for every partition the group
+        has offsets for or is assigned."""
+        committed = await O.fetch_committed(self.client, group_id)
+        tps = set(committed)
+        desc = (await self.describe_groups([group_id])).get(group_id)
+        if desc is not None:
+            for m in desc.members:
+                tps |= m.assignment
+        if not tps:
+            return {}
+        ends = await O.list_offsets(self.client, {tp: O.LATEST for tp in tps})
+        return {tp: (committed[tp].offset if tp in committed else None, ends[tp].offset)
+                for tp in sorted(tps)}
+

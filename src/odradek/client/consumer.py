@@ -1,0 +1,670 @@
+"""The asyncio consumer: one object for both modes of the 0.9 design.
+
+Manual mode: `assign` partitions, `seek`, `poll`, `commit` (to a group id if one is
+configured, with no membership: generation -1, as the 0.9 design's "manual offset
+management" allows). Group mode: `subscribe(topics or regex, listener)` joins a group
+with the KIP-848 consumer protocol (`membership.ConsumerGroupMember`) or, with
+`group_protocol="classic"`, with JoinGroup/SyncGroup (`classic.ClassicGroupMember`).
+
+Theory of operation: the membership state machines are sans-I/O. A background task
+(`_group_loop`) sends what the member asks for (heartbeats, joins) to the coordinator
+and feeds it the answers, so heartbeats flow whether or not the application polls.
+Reconciliation, the part that runs application code, happens inside `poll` (and
+`close`), as in Java: revocations first (auto-commit of the revoked partitions, then
+`on_partitions_revoked`, then the member acknowledges), then assignments
+(`on_partitions_assigned`); after fencing, `on_partitions_lost` with no commit. Fetching
+is prefetching: after a poll hands out records, fetches for the next ones are already
+in flight, one per leader; `fetcher.Positions` drops anything made stale by a seek,
+pause or rebalance in between.
+
+Auto-commit is at-least-once: what it commits is the position, i.e. the offset after
+the last record an earlier poll returned; it runs at the start of a poll (before new
+records are handed out), before revocations, and at close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+import time
+from collections.abc import Iterable
+from typing import Any, Self
+
+from kio.schema.errors import ErrorCode
+
+from . import offsets as O
+from .assignors import ASSIGNORS
+from .cluster import TopicPartition
+from .errors import (
+    COORDINATOR_MOVED,
+    STALE_METADATA,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+)
+from .fetcher import ConsumerRecord, Positions
+from .membership import ConsumerGroupMember
+from .net import Client
+from .versions import Api
+
+log = logging.getLogger(__name__)
+
+RESETS = ("earliest", "latest", "none")
+
+
+class RebalanceListener:
+    """Override any of these; methods may be plain functions or coroutines.
+
+    The default `on_partitions_lost` calls `on_partitions_revoked`, as Java's does."""
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> Any:
+        pass
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> Any:
+        pass
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> Any:
+        return self.on_partitions_revoked(partitions)
+
+
+async def _call(fn, partitions) -> None:
+    result = fn(partitions)
+    if inspect.isawaitable(result):
+        await result
+
+
+class AsyncConsumer:
+    def __init__(self, bootstrap_servers: str | list[str], *, group_id: str | None = None,
+                 group_protocol: str = "consumer", group_instance_id: str | None = None,
+                 client_id: str = "odradek-consumer", client_rack: str | None = None,
+                 auto_offset_reset: str = "latest", enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000, max_poll_records: int = 500, fetch_max_wait_ms: int = 500,
+                 fetch_min_bytes: int = 1, fetch_max_bytes: int = 52428800,
+                 max_partition_fetch_bytes: int = 1048576, session_timeout_ms: int = 45000,
+                 heartbeat_interval_ms: int = 3000, max_poll_interval_ms: int = 300000,
+                 partition_assignment_strategy: str | list[str] = "range",
+                 group_remote_assignor: str | None = None, request_timeout_ms: int = 30000,
+                 retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
+                 isolation_level: str = "read_uncommitted", client: Client | None = None) -> None:
+        if auto_offset_reset not in RESETS:
+            raise ValueError(f"auto_offset_reset must be one of {RESETS}, not {auto_offset_reset!r}")
+        if group_protocol not in ("consumer", "classic"):
+            raise ValueError(f"group_protocol must be 'consumer' or 'classic', not {group_protocol!r}")
+        self.group_id = group_id
+        self.group_protocol = group_protocol
+        self.instance_id = group_instance_id
+        self.rack = client_rack
+        self.auto_offset_reset = auto_offset_reset
+        self.auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval = auto_commit_interval_ms / 1000
+        self.max_poll_records = max_poll_records
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_timeout_ms = max_poll_interval_ms
+        strategies = [partition_assignment_strategy] if isinstance(partition_assignment_strategy, str) \
+            else list(partition_assignment_strategy)
+        unknown = [s for s in strategies if s not in ASSIGNORS]
+        if unknown:
+            raise ValueError(f"unknown partition_assignment_strategy {unknown}; known: {sorted(ASSIGNORS)}")
+        self.strategies = strategies
+        self.remote_assignor = group_remote_assignor
+        self.isolation_level = 1 if isolation_level == "read_committed" else 0
+        self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                       retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
+        self._own_client = client is None
+        self.positions = Positions()
+        self.member: Any = None  # ConsumerGroupMember or classic.ClassicGroupMember
+        self.listener: RebalanceListener = RebalanceListener()
+        self._mode: str | None = None  # "assign" | "subscribe"
+        self._pattern: re.Pattern | None = None
+        self._topics: list[str] | None = None
+        self._fetches: dict[int, asyncio.Task] = {}
+        self._wake: asyncio.Event | None = None
+        self._group_wake: asyncio.Event | None = None
+        self._group_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._last_commit = time.monotonic()
+        self._fetch_error: KafkaError | None = None
+        self._heartbeat_seen: asyncio.Condition | None = None
+        self._closed = False
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> AsyncConsumer:
+        self._wake = asyncio.Event()
+        self._group_wake = asyncio.Event()
+        self._heartbeat_seen = asyncio.Condition()
+        await self.client.refresh_metadata()
+        self._started = True
+        return self
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Commit (auto-commit), revoke everything, leave the group, close connections."""
+        if self._closed:
+            return
+        try:
+            if self.member is not None and self.member.active:
+                await asyncio.wait_for(self._leave_group(), timeout)
+            elif self.auto_commit and self._mode == "assign":
+                await self._commit_positions(self.positions.parts)
+        except (TimeoutError, KafkaError) as exc:
+            log.warning("consumer close: %s", exc)
+        finally:
+            self._closed = True
+            await self._stop_tasks()
+            if self._own_client:
+                await self.client.close()
+
+    async def _stop_tasks(self) -> None:
+        tasks = [t for t in (self._group_task, *self._fetches.values(), *self._tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - shutting down: report, do not raise
+                log.debug("consumer task ended with %r", exc)
+        self._fetches.clear()
+
+    # ------------------------------------------------------------------ manual assignment
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        if self._mode == "subscribe":
+            raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._mode = "assign" if tps else None
+        self.positions.set(tps)
+        self.positions.drop_buffered([tp for tp in list(self._buffered_tps()) if tp not in set(tps)])
+
+    def _buffered_tps(self):
+        return {c.tp for c in self.positions.buffer}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.positions.parts)
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        tp = TopicPartition(*tp)
+        if tp not in self.positions.parts:
+            raise IllegalStateError(f"seek: {tp} is not assigned to this consumer")
+        if offset < 0:
+            raise ValueError("seek offset must be >= 0")
+        self.positions.seek(tp, offset)
+
+    def seek_to_beginning(self, tps=None) -> None:
+        self._reset_to(tps, "earliest")
+
+    def seek_to_end(self, tps=None) -> None:
+        self._reset_to(tps, "latest")
+
+    def _reset_to(self, tps, how: str) -> None:
+        for tp in (self.positions.parts if tps is None else [TopicPartition(*t) for t in tps]):
+            s = self.positions.parts.get(tp)
+            if s is None:
+                raise IllegalStateError(f"{tp} is not assigned to this consumer")
+            s.position, s.reset = None, how
+
+    async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """The offset of the next record poll will return (looked up if not yet known)."""
+        tp = TopicPartition(*tp)
+        s = self.positions.parts.get(tp)
+        if s is None:
+            raise IllegalStateError(f"position: {tp} is not assigned to this consumer")
+        if s.position is None:
+            await self._update_positions()
+        return self.positions.parts[tp].position
+
+    def pause(self, tps) -> None:
+        for tp in (TopicPartition(*t) for t in tps):
+            if tp not in self.positions.parts:
+                raise IllegalStateError(f"pause: {tp} is not assigned to this consumer")
+            self.positions.parts[tp].paused = True
+
+    def resume(self, tps) -> None:
+        for tp in (TopicPartition(*t) for t in tps):
+            if tp in self.positions.parts:
+                self.positions.parts[tp].paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, s in self.positions.parts.items() if s.paused}
+
+    # ------------------------------------------------------------------ subscription
+
+    def subscribe(self, topics: Iterable[str] | str | None = None, *, pattern: str | None = None,
+                  listener: RebalanceListener | None = None) -> None:
+        """Join the group. `topics` is a list of names, or a string starting with '^'
+        (a regex, as librdkafka takes it); `pattern` is a regex (RE2, evaluated by the
+        coordinator with the consumer protocol, by this client with the classic one)."""
+        if self.group_id is None:
+            raise IllegalStateError("subscribe() needs a group_id")
+        if self._mode == "assign":
+            raise IllegalStateError("subscribe() after assign(): call unassign (assign([])) first")
+        if isinstance(topics, str):
+            if topics.startswith("^"):
+                pattern, topics = topics, None
+            else:
+                topics = [topics]
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes topics or a pattern, exactly one")
+        if listener is not None:
+            self.listener = listener
+        self._mode = "subscribe"
+        self._topics = sorted(set(topics)) if topics is not None else None
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        now = _now()
+        if self.member is None:
+            if self.group_protocol == "consumer":
+                self.member = ConsumerGroupMember(
+                    self.group_id, instance_id=self.instance_id, rack_id=self.rack,
+                    rebalance_timeout_ms=self.rebalance_timeout_ms, server_assignor=self.remote_assignor)
+            else:
+                from .classic import ClassicGroupMember
+
+                self.member = ClassicGroupMember(
+                    self.group_id, assignors=[ASSIGNORS[s]() for s in self.strategies],
+                    instance_id=self.instance_id, rack_id=self.rack, session_timeout_ms=self.session_timeout_ms,
+                    rebalance_timeout_ms=self.rebalance_timeout_ms, heartbeat_interval_ms=self.heartbeat_interval_ms)
+        if self.group_protocol == "consumer":
+            self.member.subscribe(self._topics, pattern, now=now)
+        else:
+            self.member.subscribe(self._classic_topics(), now=now)
+        if self._group_task is None or self._group_task.done():
+            self._group_task = asyncio.get_running_loop().create_task(self._group_loop())
+        self._group_wake.set()
+
+    def subscription(self) -> set[str]:
+        return set(self._topics or [])
+
+    def _classic_topics(self) -> list[str]:
+        if self._pattern is None:
+            return list(self._topics or [])
+        # Java's pattern subscription: full match against every non-internal topic.
+        return sorted(t for t, info in self.client.cluster.topics.items()
+                      if not info.internal and self._pattern.fullmatch(t))
+
+    async def unsubscribe(self) -> None:
+        if self.member is not None and self.member.active:
+            await self._leave_group()
+        self._mode = None
+        self.positions.set([])
+        self.positions.drop_buffered()
+
+    # ------------------------------------------------------------------ poll
+
+    async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from assigned partitions, waiting up to `timeout_ms` for some."""
+        if self._closed:
+            raise IllegalStateError("consumer is closed")
+        if self._mode is None:
+            raise IllegalStateError("poll() needs assign() or subscribe() first")
+        limit = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._raise_pending()
+            if self.member is not None:
+                await self._reconcile()
+            await self._maybe_auto_commit()
+            if self.positions.needing_position():
+                await self._update_positions()
+            records = self.positions.take(limit)
+            self._start_fetches()
+            if records:
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            self._wake.clear()
+            if self._has_work():
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    def _has_work(self) -> bool:
+        if self.positions.buffer:
+            return True
+        m = self.member
+        return m is not None and (m.fenced or bool(m.to_revoke()) or bool(self._resolvable(m.to_assign())))
+
+    def _raise_pending(self) -> None:
+        if self.member is not None and self.member.error is not None:
+            raise self.member.error
+        if self._fetch_error is not None:
+            err, self._fetch_error = self._fetch_error, None
+            raise err
+
+    # ------------------------------------------------------------------ positions
+
+    async def _update_positions(self) -> None:
+        need = self.positions.needing_position()
+        if not need:
+            return
+        committed: dict[TopicPartition, O.OffsetAndMetadata] = {}
+        fresh = [tp for tp in need if self.positions.parts[tp].reset is None]
+        if fresh and self.group_id is not None:
+            committed = await O.fetch_committed(self.client, self.group_id, fresh, require_stable=True)
+        resets: dict[TopicPartition, int] = {}
+        for tp in need:
+            s = self.positions.parts[tp]
+            if s.reset is None and tp in committed:
+                s.position = committed[tp].offset
+                continue
+            how = s.reset or self.auto_offset_reset
+            if how == "none":
+                raise KafkaError(ErrorCode.offset_out_of_range,
+                                 f"{tp}: no committed offset and auto_offset_reset=none", retriable=False)
+            resets[tp] = O.EARLIEST if how == "earliest" else O.LATEST
+        if resets:
+            found = await O.list_offsets(self.client, resets, isolation_level=self.isolation_level)
+            for tp, ot in found.items():
+                s = self.positions.parts.get(tp)
+                if s is not None and s.position is None:
+                    s.position, s.reset = ot.offset, None
+
+    # ------------------------------------------------------------------ fetching
+
+    def _start_fetches(self) -> None:
+        leaders = {}
+        for tp in self.positions.fetchable():
+            node = self.client.cluster.leader(tp)
+            if node is None:
+                self._spawn(self.client.refresh_metadata([tp.topic]))
+            else:
+                leaders[tp] = node
+        for node, items in self.positions.plan(leaders).items():
+            t = self._fetches.get(node)
+            if t is None or t.done():
+                self._fetches[node] = asyncio.get_running_loop().create_task(self._fetch(node, items))
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _fetch(self, node: int, items: list[tuple[TopicPartition, int, int]]) -> None:
+        topics: dict[str, list[dict]] = {}
+        for tp, offset, epoch in items:
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": self.max_partition_fetch_bytes})
+        body = {"cluster_id": None, "replica_id": -1, "max_wait": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
+                "max_bytes": self.fetch_max_bytes, "isolation_level": self.isolation_level, "session_id": 0,
+                "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                "forgotten_topics_data": [], "rack_id": self.rack or ""}
+        offsets = {tp: offset for tp, offset, _ in items}
+        try:
+            resp = await self.client.send(node, Api.FETCH, body,
+                                          timeout=self.client.request_timeout + self.fetch_max_wait_ms / 1000)
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, "Fetch")
+            for t in resp.responses:
+                for p in t.partitions:
+                    tp = TopicPartition(t.topic, int(p.partition_index))
+                    if tp not in offsets:
+                        continue
+                    code = p.error_code
+                    if code == ErrorCode.none:
+                        self.positions.on_partition(tp, offsets[tp], p.records, int(p.high_watermark))
+                    elif code == ErrorCode.offset_out_of_range:
+                        self._out_of_range(tp, offsets[tp])
+                    elif code in STALE_METADATA:
+                        await self.client.refresh_metadata([tp.topic])
+                    else:
+                        self._fetch_error = KafkaError(code, f"Fetch {tp}")
+        except KafkaError as exc:
+            if exc.retriable:
+                log.debug("fetch from node %s failed: %s", node, exc)
+                await asyncio.sleep(self.client.backoff)
+                if isinstance(exc, KafkaConnectionError) or exc.code in STALE_METADATA:
+                    self._spawn(self.client.refresh_metadata())
+            else:
+                self._fetch_error = exc
+        finally:
+            self._wake.set()
+
+    def _out_of_range(self, tp: TopicPartition, offset: int) -> None:
+        s = self.positions.parts.get(tp)
+        if s is None or s.position != offset:
+            return
+        if self.auto_offset_reset == "none":
+            self._fetch_error = KafkaError(ErrorCode.offset_out_of_range,
+                                           f"{tp}: offset {offset} is out of range and auto_offset_reset=none",
+                                           retriable=False)
+            return
+        log.info("%s: offset %d out of range, resetting to %s", tp, offset, self.auto_offset_reset)
+        s.position, s.reset = None, self.auto_offset_reset
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit(self, offsets: dict | None = None) -> None:
+        """Commit `offsets` (tp -> offset of the next record to read), or every position.
+
+        In a group the commit carries the member epoch (KIP-848) or generation; a
+        STALE_MEMBER_EPOCH is retried once the next heartbeat has updated the epoch."""
+        if self.group_id is None:
+            raise IllegalStateError("commit() needs a group_id")
+        if offsets is None:
+            offsets = {tp: s.position for tp, s in self.positions.parts.items() if s.position is not None}
+        offsets = {TopicPartition(*tp): o for tp, o in offsets.items()}
+        await self._commit(offsets)
+
+    async def _commit(self, offsets: dict) -> None:
+        if not offsets:
+            return
+        for attempt in range(10):
+            generation, member_id, instance_id = (-1, "", None)
+            if self.member is not None and self.member.active:
+                generation, member_id, instance_id = self.member.commit_identity()
+            try:
+                await O.commit(self.client, self.group_id, offsets, generation=generation, member_id=member_id,
+                               instance_id=instance_id)
+                self._last_commit = time.monotonic()
+                return
+            except KafkaError as exc:
+                if exc.code != ErrorCode.stale_member_epoch or self.member is None:
+                    raise
+                # KIP-848 "Offset commit": the epoch moved on; retry with the next one.
+                await self._await_heartbeat()
+        raise KafkaError(ErrorCode.stale_member_epoch, "commit: member epoch kept moving")
+
+    async def _await_heartbeat(self, timeout: float = 10.0) -> None:
+        seen = self.member.epoch_changes if self.member is not None else 0
+        async with self._heartbeat_seen:
+            try:
+                await asyncio.wait_for(self._heartbeat_seen.wait_for(
+                    lambda: self.member is None or self.member.epoch_changes > seen), timeout)
+            except TimeoutError:
+                pass
+        if self.member is not None:
+            self.member.next_heartbeat_ms = 0  # and ask for one now
+            self._group_wake.set()
+
+    async def _commit_positions(self, tps) -> None:
+        offsets = {tp: self.positions.parts[tp].position for tp in tps
+                   if tp in self.positions.parts and self.positions.parts[tp].position is not None}
+        try:
+            await self._commit(offsets)
+        except KafkaError as exc:
+            log.warning("auto-commit of %d partition(s) failed: %s", len(offsets), exc)
+
+    async def _maybe_auto_commit(self) -> None:
+        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
+            self._last_commit = time.monotonic()
+            await self._commit_positions(list(self.positions.parts))
+
+    async def committed(self, tps) -> dict[TopicPartition, int | None]:
+        if self.group_id is None:
+            raise IllegalStateError("committed() needs a group_id")
+        tps = [TopicPartition(*tp) for tp in tps]
+        found = await O.fetch_committed(self.client, self.group_id, tps)
+        return {tp: found[tp].offset if tp in found else None for tp in tps}
+
+    async def end_offsets(self, tps) -> dict[TopicPartition, int]:
+        found = await O.list_offsets(self.client, {TopicPartition(*tp): O.LATEST for tp in tps},
+                                     isolation_level=self.isolation_level)
+        return {tp: ot.offset for tp, ot in found.items()}
+
+    async def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
+        found = await O.list_offsets(self.client, {TopicPartition(*tp): O.EARLIEST for tp in tps})
+        return {tp: ot.offset for tp, ot in found.items()}
+
+    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, O.OffsetAndTimestamp | None]:
+        """The earliest offset whose timestamp is >= the given one, or None past the end."""
+        found = await O.list_offsets(self.client, {TopicPartition(*tp): int(ts) for tp, ts in timestamps.items()},
+                                     isolation_level=self.isolation_level)
+        return {tp: (ot if ot.offset >= 0 else None) for tp, ot in found.items()}
+
+    # ------------------------------------------------------------------ group membership
+
+    def _resolvable(self, parts) -> set:
+        if self.group_protocol == "classic":
+            return set(parts)
+        by_id = self.client.cluster.by_id
+        return {p for p in parts if p[0] in by_id}
+
+    def _names(self, parts) -> set[TopicPartition]:
+        if self.group_protocol == "classic":
+            return set(parts)
+        by_id = self.client.cluster.by_id
+        return {TopicPartition(by_id[tid], p) for tid, p in parts}
+
+    async def _reconcile(self) -> None:
+        """Run what the member needs from the application: lost, revoke, then assign."""
+        m = self.member
+        _now()
+        if m.fenced:
+            lost = set(self.positions.parts)
+            self.positions.set([])
+            self.positions.drop_buffered()
+            log.info("group %s: member fenced, %d partition(s) lost", self.group_id, len(lost))
+            await _call(self.listener.on_partitions_lost, lost)
+            m.lost(now=_now())
+            self._group_wake.set()
+            return
+        revoke = m.to_revoke()
+        if revoke:
+            names = self._names(revoke) if self.group_protocol == "classic" else \
+                {TopicPartition(self.client.cluster.by_id.get(t, str(t)), p) for t, p in revoke}
+            if self.auto_commit:
+                await self._commit_positions(names)  # commit before acknowledging the revocation
+            self.positions.remove(names)
+            self.positions.drop_buffered(names)
+            await _call(self.listener.on_partitions_revoked, names)
+            m.revoked(revoke, now=_now())
+            self._group_wake.set()
+        assign = m.to_assign()
+        if assign:
+            ready = self._resolvable(assign)
+            if len(ready) < len(assign):
+                await self.client.refresh_metadata(all_topics=True)
+                ready = self._resolvable(assign)
+            if ready:
+                names = self._names(ready)
+                self.positions.add(names)
+                await _call(self.listener.on_partitions_assigned, names)
+                m.assigned(ready, now=_now())
+                self._group_wake.set()
+
+    async def _leave_group(self) -> None:
+        m = self.member
+        owned = set(self.positions.parts) if self._mode == "subscribe" else set()
+        if owned:
+            if self.auto_commit:
+                await self._commit_positions(owned)
+            self.positions.set([])
+            self.positions.drop_buffered()
+            await _call(self.listener.on_partitions_revoked, owned)
+        m.revoked(m.owned, now=_now())
+        m.leave(now=_now())
+        self._group_wake.set()
+        # Wait for the leave heartbeat (bounded by the request timeout in the loop).
+        while m.active and self._group_task is not None and not self._group_task.done():
+            async with self._heartbeat_seen:
+                try:
+                    await asyncio.wait_for(self._heartbeat_seen.wait(), self.client.request_timeout)
+                except TimeoutError:
+                    break
+
+    async def _group_loop(self) -> None:
+        m = self.member
+        last_metadata = time.monotonic()
+        while not self._closed and m.active and m.error is None:
+            now = _now()
+            needs = getattr(m, "needs_metadata", None)
+            if needs:
+                try:
+                    await self.client.refresh_metadata(list(needs))
+                    counts = {t: n for t in needs if (n := self.client.cluster.partition_count(t))}
+                    m.set_metadata(counts, _now())
+                except KafkaError as exc:
+                    log.warning("group %s: metadata for assignment failed: %s", self.group_id, exc)
+                    await asyncio.sleep(self.client.backoff)
+                continue
+            if self._pattern is not None and self.group_protocol == "classic" and \
+                    time.monotonic() - last_metadata > min(self.client.metadata_max_age, 5.0):
+                last_metadata = time.monotonic()
+                try:
+                    await self.client.refresh_metadata(all_topics=True)
+                    topics = self._classic_topics()
+                    if topics != sorted(m.topics or []):
+                        m.subscribe(topics, now=_now())
+                except KafkaError as exc:
+                    log.debug("regex metadata refresh failed: %s", exc)
+            req = m.next_request(now)
+            if req is not None:
+                api, body = req
+                await self._send_group(api, body)
+                continue
+            deadline = m.next_deadline()
+            timeout = None if deadline is None else max(0.0, (deadline - _now()) / 1000)
+            if self._pattern is not None and self.group_protocol == "classic":
+                timeout = min(timeout if timeout is not None else 5.0, 5.0)
+            self._group_wake.clear()
+            try:
+                await asyncio.wait_for(self._group_wake.wait(), timeout)
+            except TimeoutError:
+                pass
+        async with self._heartbeat_seen:
+            self._heartbeat_seen.notify_all()
+
+    async def _send_group(self, api: int, body: dict) -> None:
+        m = self.member
+        try:
+            node = await self.client.coordinator(self.group_id)
+            timeout = self.client.request_timeout
+            if api == Api.JOIN_GROUP:
+                # A JoinGroup is parked until the rebalance completes (up to the rebalance timeout).
+                timeout = self.rebalance_timeout_ms / 1000 + 5
+            resp = await self.client.send(node, api, body, timeout=timeout)
+        except KafkaError as exc:
+            if exc.code in COORDINATOR_MOVED or isinstance(exc, KafkaConnectionError) or exc.retriable:
+                self.client.forget_coordinator(self.group_id)
+            if not exc.retriable and not isinstance(exc, KafkaConnectionError):
+                m.error = exc
+            m.on_failure(api, exc, _now())
+        else:
+            if getattr(resp, "error_code", ErrorCode.none) in COORDINATOR_MOVED:
+                self.client.forget_coordinator(self.group_id)
+            m.on_response(api, resp, _now())
+        self._wake.set()
+        async with self._heartbeat_seen:
+            self._heartbeat_seen.notify_all()
+
+
+def _now() -> float:
+    return time.monotonic() * 1000

@@ -1,0 +1,170 @@
+"""Consumer positions and fetches, sans-I/O (the 0.9 design's "Consumer state").
+
+Theory of operation: `Positions` holds, for every assigned partition, the offset of
+the next record the application will see, whether it is paused, and whether its
+position still has to be found (committed offset, else `auto_offset_reset`). A fetch
+is planned per leader for partitions that have a position, are not paused and have
+nothing buffered (`plan`); its response is turned into `Completed` chunks, each tagged
+with the position it was fetched from. `take` hands the application records only from
+a chunk whose fetch position still equals the partition's position and whose partition
+is still assigned and not paused, so a seek, a pause or a rebalance in between makes
+stale data vanish instead of surfacing (Java's CompletedFetch check). Positions advance
+only as records are handed out, which is what makes auto-commit at-least-once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from odradek.records.codec import CodecError, decode_batches
+
+from .cluster import TopicPartition
+from .errors import KafkaError
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: tuple  # ((key str, value bytes | None), ...)
+    leader_epoch: int
+
+
+@dataclass(slots=True)
+class PartitionState:
+    position: int | None = None
+    paused: bool = False
+    leader_epoch: int = -1
+    high_watermark: int = -1
+    reset: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
+
+
+@dataclass(slots=True)
+class Completed:
+    tp: TopicPartition
+    fetch_offset: int
+    records: deque  # ConsumerRecord, offsets >= fetch_offset
+    next_offset: int  # position after the whole chunk (skips control records and gaps)
+    high_watermark: int
+
+
+class Positions:
+    def __init__(self) -> None:
+        self.parts: dict[TopicPartition, PartitionState] = {}
+        self.buffer: deque[Completed] = deque()
+
+    # -------------------------------------------------------------- assignment
+
+    def set(self, tps) -> None:
+        keep = set(tps)
+        for tp in list(self.parts):
+            if tp not in keep:
+                del self.parts[tp]
+        for tp in keep:
+            self.parts.setdefault(tp, PartitionState())
+
+    def add(self, tps) -> None:
+        for tp in tps:
+            self.parts.setdefault(tp, PartitionState())
+
+    def remove(self, tps) -> None:
+        for tp in tps:
+            self.parts.pop(tp, None)
+
+    def needing_position(self) -> list[TopicPartition]:
+        return [tp for tp, s in self.parts.items() if s.position is None]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        s = self.parts.get(tp)
+        if s is None:
+            raise KeyError(tp)
+        s.position = offset
+        s.reset = None
+
+    # -------------------------------------------------------------- fetching
+
+    def fetchable(self) -> list[TopicPartition]:
+        buffered = {c.tp for c in self.buffer}
+        return [tp for tp, s in self.parts.items()
+                if s.position is not None and not s.paused and tp not in buffered]
+
+    def plan(self, leaders: dict[TopicPartition, int]) -> dict[int, list[tuple[TopicPartition, int, int]]]:
+        """node -> [(tp, fetch offset, leader epoch)] for every fetchable partition with a known leader."""
+        out: dict[int, list[tuple[TopicPartition, int, int]]] = {}
+        for tp in self.fetchable():
+            node = leaders.get(tp)
+            if node is not None:
+                s = self.parts[tp]
+                out.setdefault(node, []).append((tp, s.position, s.leader_epoch))
+        return out
+
+    def on_partition(self, tp: TopicPartition, fetch_offset: int, records_bytes: bytes | None,
+                     high_watermark: int) -> None:
+        """A partition's data from a Fetch response with no error."""
+        s = self.parts.get(tp)
+        if s is None or s.position != fetch_offset:
+            return  # revoked or sought meanwhile: drop (the 0.9 design: stale fetches are discarded)
+        s.high_watermark = high_watermark
+        if not records_bytes:
+            return
+        try:
+            batches = decode_batches(records_bytes)
+        except CodecError as exc:
+            raise KafkaError(ErrorCode.corrupt_message, f"{tp} at offset {fetch_offset}: {exc}",
+                             retriable=False) from exc
+        out: deque = deque()
+        append = out.append
+        topic, partition = tp
+        next_offset = fetch_offset
+        for b in batches:
+            h = b.header
+            last = h.base_offset + h.last_offset_delta
+            if last < fetch_offset:
+                continue
+            next_offset = last + 1
+            if b.is_control:
+                continue  # transaction markers are never shown to the application
+            ts_type = b.timestamp_type
+            epoch = h.partition_leader_epoch
+            for r in b.records:
+                if r.offset >= fetch_offset:
+                    append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value,
+                                          tuple((x.key, x.value) for x in r.headers) if r.headers else (), epoch))
+        if next_offset > fetch_offset:
+            self.buffer.append(Completed(tp, fetch_offset, out, next_offset, high_watermark))
+
+    def take(self, max_records: int) -> list[ConsumerRecord]:
+        """Up to `max_records` records, advancing positions as they are handed out."""
+        taken: list[ConsumerRecord] = []
+        while self.buffer and len(taken) < max_records:
+            c = self.buffer[0]
+            s = self.parts.get(c.tp)
+            if s is None or s.paused or s.position != c.fetch_offset:
+                self.buffer.popleft()  # stale: revoked, paused or sought since it was fetched
+                continue
+            room = max_records - len(taken)
+            recs = c.records
+            if len(recs) <= room:
+                taken.extend(recs)
+                s.position = c.next_offset
+                self.buffer.popleft()
+            else:
+                chunk = [recs.popleft() for _ in range(room)]
+                taken.extend(chunk)
+                s.position = c.fetch_offset = chunk[-1].offset + 1
+        return taken
+
+    def drop_buffered(self, tps=None) -> None:
+        if tps is None:
+            self.buffer.clear()
+        else:
+            drop = set(tps)
+            self.buffer = deque(c for c in self.buffer if c.tp not in drop)

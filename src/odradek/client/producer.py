@@ -1,0 +1,329 @@
+"""The asyncio producer: partition, batch, send, retry in order, resolve futures.
+
+Theory of operation: `send` picks the partition (explicit, else murmur2 of the key as
+the Java client and librdkafka's `murmur2_random` do, else the sticky partition for
+null keys, KIP-480) and appends to the `Accumulator`, returning a future for the
+record's metadata. One sender task drains ready batches, groups them by partition
+leader into one Produce request per broker, and handles the answers: success resolves
+the futures with offsets, a retriable error (leader moved, timeout, disconnect) puts
+the batch back at the head of its partition queue after a metadata refresh and a
+backoff, anything else fails the batch's futures. Because the accumulator lets one
+batch per partition be in flight, retries never reorder a partition. With acks=0
+nothing is answered and futures resolve with offset -1 once the request is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Iterable
+from typing import NamedTuple, Self
+
+from kio.schema.errors import ErrorCode
+
+from odradek.records.codec import GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_batch
+
+from .accumulator import Accumulator, ProducerBatch
+from .cluster import TopicPartition
+from .errors import STALE_METADATA, KafkaError, KafkaTimeoutError
+from .net import Client
+from .partitioner import key_partition
+from .versions import Api
+
+log = logging.getLogger(__name__)
+
+COMPRESSION = {"none": NONE, None: NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+ACKS = {"all": -1, "-1": -1, -1: -1, 1: 1, "1": 1, 0: 0, "0": 0}
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0
+    timestamp: int  # ms: CreateTime as sent, or the broker's LogAppendTime
+
+
+def _headers(headers) -> tuple:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, dict) else headers
+    return tuple((k, v.encode() if isinstance(v, str) else v) for k, v in items)
+
+
+def _bytes(v) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+class AsyncProducer:
+    def __init__(self, bootstrap_servers: str | list[str], *, acks: int | str = "all", linger_ms: float = 5,
+                 batch_size: int = 1_000_000, compression_type: str | None = "none", retries: int = 2**31 - 1,
+                 delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
+                 max_request_size: int = 1048576, client_id: str = "odradek-producer",
+                 client: Client | None = None) -> None:
+        if acks not in ACKS:
+            raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
+        if compression_type not in COMPRESSION:
+            raise ValueError(f"compression_type must be one of none/gzip/snappy/lz4/zstd, not {compression_type!r}")
+        self.acks = ACKS[acks]
+        self.compression = COMPRESSION[compression_type]
+        self.retries = retries
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.max_request_size = max_request_size
+        self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                       retry_backoff_ms=retry_backoff_ms)
+        self._own_client = client is None
+        self.acc = Accumulator(batch_size, linger_ms)
+        self._sticky: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._sender: asyncio.Task | None = None
+        self._inflight: set[asyncio.Task] = set()
+        self._refreshing: set[str] = set()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> AsyncProducer:
+        self._loop = asyncio.get_running_loop()
+        await self.client.refresh_metadata()
+        self._sender = self._loop.create_task(self._run())
+        return self
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ send
+
+    async def partitions_for(self, topic: str) -> int:
+        n = self.client.cluster.partition_count(topic)
+        if n is None:
+            # Metadata with auto-creation off: an unknown topic fails the send, as with
+            # allow.auto.create.topics=false; topics are created explicitly (admin/CLI).
+            await self.client.refresh_metadata([topic])
+            n = self.client.cluster.partition_count(topic)
+            if n is None:
+                info = self.client.cluster.topics.get(topic)
+                raise KafkaError(info.error if info and info.error else ErrorCode.unknown_topic_or_partition, topic)
+        return n
+
+    async def send(self, topic: str, value=None, key=None, *, partition: int | None = None,
+                   timestamp_ms: int | None = None, headers=None) -> asyncio.Future:
+        """Queue one record; returns a future resolving to RecordMetadata (or raising KafkaError)."""
+        if self._closed:
+            raise KafkaError(ErrorCode.unknown_server_error, "producer is closed", retriable=False)
+        key, value = _bytes(key), _bytes(value)
+        n = self.client.cluster.partition_count(topic)
+        if n is None:
+            n = await self.partitions_for(topic)
+        if partition is None:
+            if key is not None:
+                partition = key_partition(key, n)
+            else:
+                partition = self._sticky.get(topic)
+                if partition is None or partition >= n:
+                    partition = self._sticky[topic] = random.randrange(n)
+        elif not 0 <= partition < n:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic} has {n} partitions, not {partition + 1}")
+        fut = self._loop.create_future()
+        now = time.monotonic() * 1000
+        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        tp = TopicPartition(topic, partition)
+        if self.acc.append(tp, ts, key, value, _headers(headers), fut, now):
+            if key is None and partition == self._sticky.get(topic) and n > 1:
+                # KIP-480: switch the sticky partition when its batch fills.
+                self._sticky[topic] = random.choice([p for p in range(n) if p != partition])
+            self._wake.set()
+        elif self.acc.linger_ms <= 0:
+            self._wake.set()
+        elif not self._wake.is_set() and self.acc.records == 1:
+            self._wake.set()  # the sender sleeps until there is something to time
+        self._idle.clear()
+        return fut
+
+    async def send_and_wait(self, topic: str, value=None, key=None, **kw) -> RecordMetadata:
+        return await (await self.send(topic, value, key, **kw))
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until it is delivered or failed."""
+        self.acc.flushing = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._wait_idle(), timeout)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"flush: {self.acc.records} record(s) still undelivered after {timeout}s") from None
+        finally:
+            self.acc.flushing = False
+
+    async def _wait_idle(self) -> None:
+        while self.acc.records or self._inflight:
+            self._idle.clear()
+            await self._idle.wait()
+
+    async def close(self, timeout: float | None = 30.0) -> None:
+        if self._closed:
+            return
+        try:
+            await self.flush(timeout)
+        except KafkaError:
+            pass
+        self._closed = True
+        for b in self.acc.abort_all():
+            self._fail(b, KafkaError(ErrorCode.unknown_server_error, "producer closed before delivery",
+                                     retriable=False))
+        if self._sender is not None:
+            self._sender.cancel()
+            try:
+                await self._sender
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - shutting down: report, do not raise
+                log.warning("producer sender ended with %r", exc)
+        if self._own_client:
+            await self.client.close()
+
+    # ------------------------------------------------------------------ sender
+
+    async def _run(self) -> None:
+        while not self._closed:
+            self._wake.clear()  # before looking, so a wake-up during the look is not lost
+            now = time.monotonic() * 1000
+            for b in self.acc.expire(now - self.delivery_timeout_ms):
+                self._fail(b, KafkaTimeoutError(f"{b.tp}: not delivered within delivery.timeout.ms"))
+            ready, wake_at = self.acc.ready(now)
+            if ready:
+                self._send_ready(ready)
+            if not self.acc.records and not self._inflight:
+                self._idle.set()
+            timeout = None if wake_at is None else max(0.0, (wake_at - now) / 1000)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def _send_ready(self, ready: list[TopicPartition]) -> None:
+        by_node: dict[int, list[ProducerBatch]] = {}
+        sizes: dict[int, int] = {}
+        for tp in ready:
+            node = self.client.cluster.leader(tp)
+            if node is None:
+                if tp.topic not in self._refreshing:
+                    self._refresh_soon(tp.topic)
+                continue
+            batch = self.acc.drain(tp)
+            if batch.encoded is None:
+                batch.encoded = encode_batch(batch.records, compression=self.compression)
+            if by_node.get(node) and sizes[node] + len(batch.encoded) > self.max_request_size:
+                self.acc.reenqueue(batch)
+                batch.attempts -= 1  # not a failure: the request was full
+                batch.retry_at = 0.0
+                continue
+            by_node.setdefault(node, []).append(batch)
+            sizes[node] = sizes.get(node, 0) + len(batch.encoded)
+        for node, batches in by_node.items():
+            self._track(self._produce(node, batches))
+
+    def _refresh_soon(self, topic: str) -> None:
+        self._refreshing.add(topic)
+
+        async def refresh():
+            try:
+                await self.client.refresh_metadata([topic])
+            except KafkaError as exc:
+                log.debug("metadata refresh for %s failed: %s", topic, exc)
+            await asyncio.sleep(self.client.backoff)
+            self._refreshing.discard(topic)
+            self._wake.set()
+        self._track(refresh())
+
+    def _track(self, coro) -> None:
+        task = self._loop.create_task(coro)
+        self._inflight.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._inflight.discard(t)
+            self._wake.set()  # the sender decides whether the producer is now idle
+        task.add_done_callback(done)
+
+    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        topics: dict[str, list[dict]] = {}
+        for b in batches:
+            topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition, "records": b.encoded})
+        body = {"transactional_id": None, "acks": self.acks, "timeout": self.request_timeout_ms,
+                "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
+        try:
+            resp = await self.client.send(node, Api.PRODUCE, body, expect_response=self.acks != 0,
+                                          timeout=self.request_timeout_ms / 1000 + 5)
+        except KafkaError as exc:
+            for b in batches:
+                self._retry_or_fail(b, exc)
+            self._wake.set()
+            return
+        if resp is None:  # acks=0
+            for b in batches:
+                self._deliver(b, -1, -1)
+        else:
+            results = {}
+            for t in resp.responses:
+                for p in t.partition_responses:
+                    results[(t.name, int(p.index))] = p
+            for b in batches:
+                p = results.get((b.tp.topic, b.tp.partition))
+                if p is None:
+                    self._retry_or_fail(b, KafkaError(ErrorCode.unknown_server_error, f"no answer for {b.tp}",
+                                                      retriable=False))
+                elif p.error_code == ErrorCode.none:
+                    self._deliver(b, int(p.base_offset), int(getattr(p, "log_append_time", -1) or -1))
+                else:
+                    self._retry_or_fail(b, KafkaError(p.error_code, f"{b.tp}: {getattr(p, 'error_message', None) or ''}"))
+        self._wake.set()
+
+    def _deliver(self, b: ProducerBatch, base_offset: int, log_append_time) -> None:
+        self.acc.complete(b)
+        append_ts = _ms(log_append_time)
+        for (delta, ts, *_rest), fut in zip(b.records, b.handles):
+            if not fut.done():
+                fut.set_result(RecordMetadata(b.tp.topic, b.tp.partition,
+                                              base_offset + delta if base_offset >= 0 else -1,
+                                              append_ts if append_ts >= 0 else ts))
+
+    def _fail(self, b: ProducerBatch, exc: Exception) -> None:
+        for fut in b.handles:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved: an unawaited failed future is not an error here
+
+    def _retry_or_fail(self, b: ProducerBatch, exc: KafkaError) -> None:
+        age = time.monotonic() * 1000 - b.created_ms
+        if exc.retriable and b.attempts < self.retries and age < self.delivery_timeout_ms and not self._closed:
+            log.debug("retrying %s after %s", b.tp, exc)
+            if (exc.code in STALE_METADATA or exc.code == ErrorCode.network_exception) and \
+                    b.tp.topic not in self._refreshing:
+                self._refresh_soon(b.tp.topic)
+            self.acc.reenqueue(b, time.monotonic() * 1000 + self.client.backoff_for(b.attempts) * 1000)
+        else:
+            self.acc.complete(b)
+            self._fail(b, exc)
+
+
+def _ms(value) -> int:
+    """kio gives timestamps as datetimes (None for -1)."""
+    if value is None:
+        return -1
+    if isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1000)
+
+
+async def produce_all(producer: AsyncProducer, topic: str, items: Iterable[tuple]) -> list[RecordMetadata]:
+    """Send (key, value) pairs and wait for all of them."""
+    futs = [await producer.send(topic, v, k) for k, v in items]
+    return list(await asyncio.gather(*futs))

@@ -1,0 +1,255 @@
+"""A small synchronous facade over the asyncio client, for scripts and the CLI.
+
+Theory of operation: one daemon thread per process runs an event loop; each facade
+method submits the matching coroutine to it and waits. Producer.send is the hot path,
+so it does not pay a thread hop per record: records go into a queue that a task on the
+loop drains, and each returns a `concurrent.futures.Future`. Rebalance callbacks must
+run on the caller's thread, inside `poll`/`close` as Java runs them, and may call back
+into the consumer (commit, seek): the async consumer's listener is a proxy that hands
+each callback to the thread blocked in poll and waits for it to finish there, so the
+loop is free to serve the callback's own requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections import deque
+from typing import Any, Self
+
+from .admin import AsyncAdmin
+from .consumer import AsyncConsumer, RebalanceListener
+from .producer import AsyncProducer, RecordMetadata
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="odradek-client", daemon=True).start()
+        return _loop
+
+
+def run(coro, timeout: float | None = None) -> Any:
+    return asyncio.run_coroutine_threadsafe(coro, loop()).result(timeout)
+
+
+async def _construct(cls, *args, **kwargs):
+    return cls(*args, **kwargs)
+
+
+class Producer:
+    def __init__(self, bootstrap_servers, **config) -> None:
+        self._p: AsyncProducer = run(_construct(AsyncProducer, bootstrap_servers, **config))
+        run(self._p.start())
+        self._queue: deque = deque()
+        self._draining = False
+        self._qlock = threading.Lock()
+
+    def send(self, topic: str, value=None, key=None, **kw) -> concurrent.futures.Future:
+        """Queue a record; the future resolves to RecordMetadata."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._qlock:
+            self._queue.append((topic, value, key, kw, fut))
+            if self._draining:
+                return fut
+            self._draining = True
+        loop().call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain()))
+        return fut
+
+    async def _drain(self) -> None:
+        while True:
+            with self._qlock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                items = list(self._queue)
+                self._queue.clear()
+            for topic, value, key, kw, fut in items:
+                try:
+                    inner = await self._p.send(topic, value, key, **kw)
+                except Exception as exc:  # noqa: BLE001 - handed to the caller's future
+                    fut.set_exception(exc)
+                    continue
+                inner.add_done_callback(lambda f, out=fut: _copy(f, out))
+
+    def flush(self, timeout: float | None = None) -> None:
+        while True:
+            with self._qlock:
+                idle = not self._queue and not self._draining
+            if idle:
+                break
+            run(asyncio.sleep(0.001))
+        run(self._p.flush(timeout))
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        self.flush(timeout)
+        run(self._p.close(timeout))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _copy(src: asyncio.Future, dst: concurrent.futures.Future) -> None:
+    if src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(src.result())
+
+
+class _CallerThreadListener(RebalanceListener):
+    """Runs the user's (synchronous) listener on the thread blocked in a facade call."""
+
+    def __init__(self, owner: Consumer, listener: RebalanceListener) -> None:
+        self.owner, self.listener = owner, listener
+
+    async def _hand_over(self, name: str, partitions) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.owner._callbacks.put((getattr(self.listener, name), partitions, done))
+        await done
+
+    async def on_partitions_revoked(self, partitions):
+        await self._hand_over("on_partitions_revoked", partitions)
+
+    async def on_partitions_assigned(self, partitions):
+        await self._hand_over("on_partitions_assigned", partitions)
+
+    async def on_partitions_lost(self, partitions):
+        await self._hand_over("on_partitions_lost", partitions)
+
+
+class Consumer:
+    def __init__(self, bootstrap_servers, **config) -> None:
+        self._c: AsyncConsumer = run(_construct(AsyncConsumer, bootstrap_servers, **config))
+        run(self._c.start())
+        self._callbacks: queue.Queue = queue.Queue()
+
+    def _call(self, coro, timeout: float | None = None):
+        """Run `coro` on the loop, serving listener callbacks on this thread meanwhile."""
+        fut = asyncio.run_coroutine_threadsafe(coro, loop())
+        while True:
+            try:
+                fn, partitions, done = self._callbacks.get(timeout=0.01)
+            except queue.Empty:
+                if fut.done():
+                    return fut.result()
+                continue
+            try:
+                fn(partitions)
+            except Exception as exc:  # noqa: BLE001 - reported through the awaiting coroutine
+                loop().call_soon_threadsafe(_settle, done, exc)
+            else:
+                loop().call_soon_threadsafe(_settle, done, None)
+
+    def subscribe(self, topics=None, *, pattern: str | None = None, listener: RebalanceListener | None = None):
+        proxy = _CallerThreadListener(self, listener or RebalanceListener())
+
+        async def go():
+            self._c.subscribe(topics, pattern=pattern, listener=proxy)
+        run(go())
+
+    def assign(self, partitions) -> None:
+        run(_sync(self._c.assign, partitions))
+
+    def assignment(self):
+        return self._c.assignment()
+
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None):
+        return self._call(self._c.poll(timeout_ms, max_records))
+
+    def seek(self, tp, offset: int) -> None:
+        run(_sync(self._c.seek, tp, offset))
+
+    def seek_to_beginning(self, tps=None) -> None:
+        run(_sync(self._c.seek_to_beginning, tps))
+
+    def seek_to_end(self, tps=None) -> None:
+        run(_sync(self._c.seek_to_end, tps))
+
+    def position(self, tp) -> int:
+        return self._call(self._c.position(tp))
+
+    def pause(self, tps) -> None:
+        run(_sync(self._c.pause, tps))
+
+    def resume(self, tps) -> None:
+        run(_sync(self._c.resume, tps))
+
+    def paused(self):
+        return self._c.paused()
+
+    def commit(self, offsets=None) -> None:
+        self._call(self._c.commit(offsets))
+
+    def committed(self, tps):
+        return self._call(self._c.committed(tps))
+
+    def end_offsets(self, tps):
+        return self._call(self._c.end_offsets(tps))
+
+    def beginning_offsets(self, tps):
+        return self._call(self._c.beginning_offsets(tps))
+
+    def offsets_for_times(self, timestamps):
+        return self._call(self._c.offsets_for_times(timestamps))
+
+    def unsubscribe(self) -> None:
+        self._call(self._c.unsubscribe())
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._call(self._c.close(timeout))
+
+    @property
+    def member(self):
+        return self._c.member
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _settle(fut: asyncio.Future, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
+
+
+async def _sync(fn, *args):
+    return fn(*args)
+
+
+class Admin:
+    """Every AsyncAdmin coroutine method, called synchronously."""
+
+    def __init__(self, bootstrap_servers, **config) -> None:
+        self._a: AsyncAdmin = run(_construct(AsyncAdmin, bootstrap_servers, **config))
+        run(self._a.start())
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._a, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+        return lambda *a, **kw: run(attr(*a, **kw))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+__all__ = ["Admin", "Consumer", "Producer", "RecordMetadata", "loop", "run"]
