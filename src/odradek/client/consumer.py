@@ -470,6 +470,12 @@ class AsyncConsumer:
             generation, member_id, instance_id = (-1, "", None)
             if self.member is not None and self.member.active:
                 generation, member_id, instance_id = self.member.commit_identity()
+                if generation < 0 and self.group_protocol == "classic":
+                    # Java's RebalanceInProgressException: a classic member between
+                    # generations has no identity to commit with; a membership-free
+                    # commit would be refused (UNKNOWN_MEMBER_ID) by a non-empty group.
+                    raise KafkaError(ErrorCode.rebalance_in_progress,
+                                     f"group {self.group_id}: commit during a rebalance", retriable=False)
             try:
                 await O.commit(self.client, self.group_id, offsets, generation=generation, member_id=member_id,
                                instance_id=instance_id)
@@ -602,38 +608,27 @@ class AsyncConsumer:
 
     async def _group_loop(self) -> None:
         m = self.member
-        last_metadata = time.monotonic()
+        last_watch = time.monotonic()
         while not self._closed and m.active and m.error is None:
-            now = _now()
             needs = getattr(m, "needs_metadata", None)
             if needs:
-                try:
-                    await self.client.refresh_metadata(list(needs))
-                    counts = {t: n for t in needs if (n := self.client.cluster.partition_count(t))}
-                    m.set_metadata(counts, _now())
-                except KafkaError as exc:
-                    log.warning("group %s: metadata for assignment failed: %s", self.group_id, exc)
-                    await asyncio.sleep(self.client.backoff)
-                continue
-            if self._pattern is not None and self.group_protocol == "classic" and \
-                    time.monotonic() - last_metadata > min(self.client.metadata_max_age, 5.0):
-                last_metadata = time.monotonic()
-                try:
-                    await self.client.refresh_metadata(all_topics=True)
-                    topics = self._classic_topics()
-                    if topics != sorted(m.topics or []):
-                        m.subscribe(topics, now=_now())
-                except KafkaError as exc:
-                    log.debug("regex metadata refresh failed: %s", exc)
-            req = m.next_request(now)
+                # The classic leader assigns: it needs every member's topics' partition counts.
+                if await self._feed_metadata(m, list(needs)):
+                    continue
+            elif self.group_protocol == "classic" and time.monotonic() - last_watch > self._watch_interval():
+                # Java's classic consumer: pattern subscriptions are re-evaluated, and the
+                # leader watches partition counts, on each metadata refresh.
+                last_watch = time.monotonic()
+                await self._watch_metadata(m)
+            req = m.next_request(_now())
             if req is not None:
                 api, body = req
                 await self._send_group(api, body)
                 continue
             deadline = m.next_deadline()
             timeout = None if deadline is None else max(0.0, (deadline - _now()) / 1000)
-            if self._pattern is not None and self.group_protocol == "classic":
-                timeout = min(timeout if timeout is not None else 5.0, 5.0)
+            if self.group_protocol == "classic":
+                timeout = min(timeout if timeout is not None else self._watch_interval(), self._watch_interval())
             self._group_wake.clear()
             try:
                 await asyncio.wait_for(self._group_wake.wait(), timeout)
@@ -641,6 +636,34 @@ class AsyncConsumer:
                 pass
         async with self._heartbeat_seen:
             self._heartbeat_seen.notify_all()
+
+    def _watch_interval(self) -> float:
+        return min(self.client.metadata_max_age, 5.0)
+
+    async def _feed_metadata(self, m, topics: list[str]) -> bool:
+        """Give the classic member partition counts; False when metadata failed (the loop
+        then goes on heartbeating and retries after a backoff)."""
+        try:
+            await self.client.refresh_metadata(topics)
+        except KafkaError as exc:
+            log.warning("group %s: metadata for the assignment failed: %s", self.group_id, exc)
+            return False
+        m.set_metadata({t: n for t in topics if (n := self.client.cluster.partition_count(t))}, _now())
+        return True
+
+    async def _watch_metadata(self, m) -> None:
+        try:
+            await self.client.refresh_metadata(all_topics=self._pattern is not None)
+        except KafkaError as exc:
+            log.debug("group %s: metadata refresh failed: %s", self.group_id, exc)
+            return
+        if self._pattern is not None:
+            topics = self._classic_topics()
+            if topics != sorted(m.topics or []):
+                m.subscribe(topics, now=_now())
+        if getattr(m, "is_leader", False):
+            cluster = self.client.cluster
+            m.set_metadata({t: n for t in m.group_topics if (n := cluster.partition_count(t))}, _now())
 
     async def _send_group(self, api: int, body: dict) -> None:
         m = self.member

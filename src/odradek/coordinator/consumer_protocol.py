@@ -34,6 +34,7 @@ class Subscription(NamedTuple):
     owned: dict[str, frozenset[int]]
     rack_id: str | None
     version: int
+    generation: int = -1  # v2+: the generation the owned partitions are from (KIP-792)
 
 
 def decode_subscription(data: bytes) -> Subscription:
@@ -54,12 +55,13 @@ def decode_subscription(data: bytes) -> Subscription:
     for tp in fields.get("owned_partitions", []):
         owned.setdefault(tp["topic"], set()).update(tp["partitions"])
     return Subscription(tuple(fields["topics"]), {t: frozenset(ps) for t, ps in owned.items()}, fields.get("rack_id"),
-                        version)
+                        version, fields.get("generation_id", -1))
 
 
-def encode_subscription(topics, owned: dict[str, list[int]] | None = None, version: int = 1) -> bytes:
+def encode_subscription(topics, owned: dict[str, list[int]] | None = None, version: int = 1, *,
+                        generation: int = -1, rack_id: str | None = None) -> bytes:
     out = bytearray(struct.pack(">h", version))
-    values = {"topics": list(topics), "user_data": None, "generation_id": -1, "rack_id": None,
+    values = {"topics": list(topics), "user_data": None, "generation_id": generation, "rack_id": rack_id,
               "owned_partitions": [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted((owned or {}).items())]}
     for since, (name, tp) in _SUBSCRIPTION:
         if version >= since:
