@@ -109,6 +109,18 @@ class Accumulator:
         batch.retry_at = retry_at
         self._queues.setdefault(batch.tp, deque()).appendleft(batch)
 
+    def split(self, batch: ProducerBatch) -> None:
+        """Too large for the broker: put the batch back as two halves, in order, at the head
+        (Java's producer splits a batch answered MESSAGE_TOO_LARGE the same way)."""
+        self._in_flight.discard(batch.tp)
+        half = len(batch.records) // 2
+        q = self._queues.setdefault(batch.tp, deque())
+        for lo, hi in ((half, len(batch.records)), (0, half)):  # appendleft: second half first
+            part = ProducerBatch(batch.tp, batch.created_ms, full=True, attempts=batch.attempts)
+            part.records = [(i, *r[1:]) for i, r in enumerate(batch.records[lo:hi])]
+            part.handles = batch.handles[lo:hi]
+            q.appendleft(part)
+
     def expire(self, older_than_ms: float) -> list[ProducerBatch]:
         """Remove and return queued (not in-flight) batches created before the cut-off."""
         out = []

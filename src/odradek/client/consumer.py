@@ -129,6 +129,7 @@ class AsyncConsumer:
         self._group_wake: asyncio.Event | None = None
         self._group_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._refreshing: set[str] = set()
         self._last_commit = time.monotonic()
         self._fetch_error: KafkaError | None = None
         self._heartbeat_seen: asyncio.Condition | None = None
@@ -383,13 +384,25 @@ class AsyncConsumer:
         for tp in self.positions.fetchable():
             node = self.client.cluster.leader(tp)
             if node is None:
-                self._spawn(self.client.refresh_metadata([tp.topic]))
+                if tp.topic not in self._refreshing:
+                    self._refreshing.add(tp.topic)
+                    self._spawn(self._refresh_and_wake(tp.topic))
             else:
                 leaders[tp] = node
         for node, items in self.positions.plan(leaders).items():
             t = self._fetches.get(node)
             if t is None or t.done():
                 self._fetches[node] = asyncio.get_running_loop().create_task(self._fetch(node, items))
+
+    async def _refresh_and_wake(self, topic: str) -> None:
+        try:
+            await self.client.refresh_metadata([topic])
+        except KafkaError as exc:
+            log.debug("metadata for %s: %s", topic, exc)
+            await asyncio.sleep(self.client.backoff)
+        finally:
+            self._refreshing.discard(topic)
+            self._wake.set()  # poll may be waiting for exactly this leader
 
     def _spawn(self, coro) -> None:
         t = asyncio.get_running_loop().create_task(coro)
@@ -407,6 +420,7 @@ class AsyncConsumer:
                 "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
                 "forgotten_topics_data": [], "rack_id": self.rack or ""}
         offsets = {tp: offset for tp, offset, _ in items}
+        stale = False
         try:
             resp = await self.client.send(node, Api.FETCH, body,
                                           timeout=self.client.request_timeout + self.fetch_max_wait_ms / 1000)
@@ -423,9 +437,14 @@ class AsyncConsumer:
                     elif code == ErrorCode.offset_out_of_range:
                         self._out_of_range(tp, offsets[tp])
                     elif code in STALE_METADATA:
-                        await self.client.refresh_metadata([tp.topic])
+                        stale = True
                     else:
                         self._fetch_error = KafkaError(code, f"Fetch {tp}")
+            if stale:
+                # The leader moved (or the topic went): refresh, and back off before the
+                # next fetch so a broker that keeps disagreeing is not hammered.
+                await self.client.refresh_metadata([tp.topic for tp in offsets])
+                await asyncio.sleep(self.client.backoff)
         except KafkaError as exc:
             if exc.retriable:
                 log.debug("fetch from node %s failed: %s", node, exc)
@@ -568,9 +587,12 @@ class AsyncConsumer:
                 {TopicPartition(self.client.cluster.by_id.get(t, str(t)), p) for t, p in revoke}
             if self.auto_commit:
                 await self._commit_positions(names)  # commit before acknowledging the revocation
-            self.positions.remove(names)
+            for tp in names:  # no more fetching, but position() and commit() still work in the callback
+                if tp in self.positions.parts:
+                    self.positions.parts[tp].paused = True
             self.positions.drop_buffered(names)
             await _call(self.listener.on_partitions_revoked, names)
+            self.positions.remove(names)
             m.revoked(revoke, now=_now())
             self._group_wake.set()
         assign = m.to_assign()
@@ -592,9 +614,11 @@ class AsyncConsumer:
         if owned:
             if self.auto_commit:
                 await self._commit_positions(owned)
-            self.positions.set([])
+            for tp in owned:
+                self.positions.parts[tp].paused = True
             self.positions.drop_buffered()
             await _call(self.listener.on_partitions_revoked, owned)
+            self.positions.set([])
         m.revoked(m.owned, now=_now())
         m.leave(now=_now())
         self._group_wake.set()

@@ -112,6 +112,7 @@ class ConsumerGroupMember:
         self._sent_owned: frozenset[TopicIdPartition] | None = None
         self._sent_subscription: tuple | None = None
         self._leave_epoch: int | None = None
+        self._leave_sent = False
         self._failures = 0
         self.epoch_changes = 0  # counts heartbeat responses, so commits can wait for the next one
 
@@ -134,6 +135,7 @@ class ConsumerGroupMember:
             return
         # KIP-345: a static member leaves with -2 so the coordinator keeps its place.
         self._leave_epoch = STATIC_LEAVE_EPOCH if self.instance_id else LEAVE_EPOCH
+        self._leave_sent = False
         self._to(State.LEAVING)
         self.next_heartbeat_ms = now
 
@@ -175,6 +177,7 @@ class ConsumerGroupMember:
         """The next ConsumerGroupHeartbeat request body; marks it in flight."""
         self.in_flight = True
         if self.state is State.LEAVING:
+            self._leave_sent = True
             return {"group_id": self.group_id, "member_id": self.member_id, "member_epoch": self._leave_epoch,
                     "instance_id": self.instance_id, "rack_id": None, "rebalance_timeout": -1,
                     "subscribed_topic_names": None, "subscribed_topic_regex": None, "server_assignor": None,
@@ -233,6 +236,8 @@ class ConsumerGroupMember:
         self.epoch_changes += 1
         code = resp.error_code
         if self.state is State.LEAVING:
+            if not self._leave_sent:
+                return  # the answer to a heartbeat sent before leave(): the leave is still due
             self._to(State.UNSUBSCRIBED)
             self.epoch = 0
             self.target = None
@@ -264,6 +269,8 @@ class ConsumerGroupMember:
     def on_failure(self, api: int, error: KafkaError, now: float) -> None:
         """The heartbeat got no answer (disconnect, timeout)."""
         self.in_flight = False
+        if self.state is State.LEAVING and not self._leave_sent:
+            return  # a heartbeat sent before leave() failed: the leave is still due
         if self.state is State.LEAVING:
             # Kafka does not retry a leave: the session timeout removes the member anyway.
             self._to(State.UNSUBSCRIBED)

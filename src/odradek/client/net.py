@@ -79,7 +79,11 @@ class BrokerConnection:
             self.closed = True
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
-        await self._negotiate()
+        try:
+            await self._negotiate()
+        except BaseException as exc:
+            self.close(exc if isinstance(exc, KafkaError) else None)  # do not leak the socket
+            raise
 
     async def _negotiate(self) -> None:
         # KIP-511: ask with v3; a broker that does not know v3 answers with v0's layout
@@ -191,7 +195,7 @@ class Client:
         self.cluster = ClusterView()
         self._conns: dict[Any, BrokerConnection] = {}
         self._opening: dict[Any, asyncio.Task] = {}
-        self._coordinators: dict[str, int] = {}
+        self._coordinators: dict[str, tuple[str, int]] = {}
         self._metadata_at = 0.0
         self._metadata_lock: asyncio.Lock | None = None
         self._known_topics: set[str] = set()
@@ -200,8 +204,11 @@ class Client:
     # ---------------------------------------------------------------- connections
 
     def _address(self, node: Any) -> tuple[str, int]:
-        if isinstance(node, tuple):  # ("bootstrap", index)
-            return self.bootstrap[node[1]]
+        if isinstance(node, tuple):
+            kind, ident = node
+            if kind == "bootstrap":
+                return self.bootstrap[ident]
+            node = ident  # ("coordinator", node id): see coordinator()
         b = self.cluster.brokers.get(node)
         if b is None:
             raise KafkaError(ErrorCode.broker_not_available, f"node {node} is not in the metadata")
@@ -230,7 +237,7 @@ class Client:
     async def any_connection(self) -> tuple[Any, BrokerConnection]:
         """A live connection to any broker: known brokers first, then bootstrap addresses."""
         for node, conn in self._conns.items():
-            if not conn.closed:
+            if not conn.closed and not (isinstance(node, tuple) and node[0] == "coordinator"):
                 return node, conn
         candidates: list[Any] = list(self.cluster.brokers) or []
         random.shuffle(candidates)
@@ -316,7 +323,7 @@ class Client:
 
     # ---------------------------------------------------------------- coordinators
 
-    async def coordinator(self, group_id: str) -> int:
+    async def coordinator(self, group_id: str) -> tuple[str, int]:
         node = self._coordinators.get(group_id)
         if node is not None:
             return node
@@ -340,8 +347,13 @@ class Client:
             return node_id
 
         node = await self.call(attempt)
-        self._coordinators[group_id] = node
-        return node
+        # Group requests get a connection of their own to the coordinator, as Java's
+        # consumer does (node id MAX_VALUE - id): the broker answers a connection's
+        # requests in order, so a heartbeat or commit must not queue behind a Fetch parked
+        # for fetch_max_wait_ms on the data connection.
+        key = ("coordinator", node)
+        self._coordinators[group_id] = key
+        return key
 
     def forget_coordinator(self, group_id: str) -> None:
         self._coordinators.pop(group_id, None)

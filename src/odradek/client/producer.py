@@ -302,6 +302,9 @@ class AsyncProducer:
                 fut.exception()  # mark retrieved: an unawaited failed future is not an error here
 
     def _retry_or_fail(self, b: ProducerBatch, exc: KafkaError) -> None:
+        if exc.code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large) and len(b.records) > 1:
+            self.acc.split(b)  # only the record that is too large on its own will fail
+            return
         age = time.monotonic() * 1000 - b.created_ms
         if exc.retriable and b.attempts < self.retries and age < self.delivery_timeout_ms and not self._closed:
             log.debug("retrying %s after %s", b.tp, exc)
