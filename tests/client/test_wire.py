@@ -14,7 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.registry import supported_versions
-from odradek.client.errors import KafkaConnectionError
+from odradek.client.errors import KafkaConnectionError, KafkaError
 from odradek.client.wire import WireConnection
 from odradek.protocol.messages import Request, encode_response, parse_request
 from odradek.records.codec import encode_batch
@@ -290,9 +290,6 @@ def test_response_parsed_with_the_version_of_its_request():
     assert [type(d[1]).__version__ for d in done] == [1, 12]
 
 
-@pytest.mark.xfail(strict=True, reason="client bug: an error code kio does not know (a newer broker's) makes the "
-                                       "whole response 'malformed' (wire.py receive_data), a retriable connection "
-                                       "error, instead of a KafkaError as Java's Errors.forCode -> UNKNOWN_SERVER_ERROR")
 def test_unknown_error_code_is_not_a_connection_error():
     w = WireConnection()
     cid, _ = w.request(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
@@ -303,4 +300,11 @@ def test_unknown_error_code_is_not_a_connection_error():
     assert struct.unpack_from(">h", data, at) == (-1,)
     data = data[:at] + struct.pack(">h", 250) + data[at + 2:]  # a code from a future Kafka
     ((got_cid, resp),) = w.receive_data(data)
-    assert got_cid == cid and int(resp.error_code) != 0
+    # Java's Errors.forCode: UNKNOWN_SERVER_ERROR for this request, the connection stays usable
+    assert got_cid == cid and isinstance(resp, KafkaError) and resp.name == "UNKNOWN_SERVER_ERROR"
+    assert not isinstance(resp, KafkaConnectionError)
+    cid2, _ = w.request(60, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+    ((got_cid2, resp2),) = w.receive_data(_response(60, 1, cid2, {
+        "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
+        "cluster_id": "c", "controller_id": 1, "brokers": [], "cluster_authorized_operations": -(2**31)}))
+    assert got_cid2 == cid2 and resp2.cluster_id == "c"

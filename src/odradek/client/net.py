@@ -151,7 +151,10 @@ class BrokerConnection:
                 for correlation_id, body in self.wire.receive_data(data):
                     fut = self._waiters.pop(correlation_id, None)
                     if fut is not None and not fut.done():
-                        fut.set_result(body)
+                        if isinstance(body, KafkaError):
+                            fut.set_exception(body)
+                        else:
+                            fut.set_result(body)
                 if not data:
                     raise KafkaConnectionError(f"{self.host}:{self.port} closed the connection")
         except asyncio.CancelledError:

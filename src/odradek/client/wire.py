@@ -17,12 +17,13 @@ from collections import deque
 from dataclasses import is_dataclass
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from odradek.protocol.framing import NEED_DATA, FrameReader, RemoteProtocolError, frame
 from odradek.protocol.messages import build, request_class, response_class
 
-from .errors import KafkaConnectionError
+from .errors import KafkaConnectionError, KafkaError
 
 _readers: dict[type, Any] = {}
 _writers: dict[type, Any] = {}
@@ -75,6 +76,9 @@ class WireConnection:
     def receive_data(self, data: bytes) -> list[tuple[int, Any]]:
         """Feed bytes (b"" = peer closed); return completed (correlation id, response) pairs.
 
+        A response whose error code this client cannot name comes back as a KafkaError
+        in place of the response.
+
         Raises KafkaConnectionError on a malformed or unexpected response, or when the
         peer closed with requests outstanding; the connection is then unusable.
         """
@@ -100,6 +104,15 @@ class WireConnection:
                 if header.correlation_id != correlation_id:
                     raise ValueError(f"correlation id {header.correlation_id}, expected {correlation_id}")
                 body, _ = _reader(cls)(payload, offset)
+            except ValueError as exc:
+                if "is not a valid ErrorCode" not in str(exc):
+                    raise KafkaConnectionError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+                # A code from a newer broker that kio cannot name. The frame was whole, so
+                # the connection is fine; this one request fails with UNKNOWN_SERVER_ERROR,
+                # as Java's Errors.forCode maps unknown codes.
+                done.append((correlation_id, KafkaError(ErrorCode.unknown_server_error,
+                                                        f"{cls.__name__} v{version}: {exc}", retriable=False)))
+                continue
             except Exception as exc:  # kio raises assorted errors on truncated/garbled input
                 raise KafkaConnectionError(f"malformed {cls.__name__} v{version}: {exc}") from exc
             done.append((correlation_id, body))
