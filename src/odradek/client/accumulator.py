@@ -34,6 +34,7 @@ class ProducerBatch:
     encoded: bytes | None = None  # kept so a retry resends the same bytes
     full: bool = False
     retry_at: float = 0.0  # ms: a retried batch waits out its backoff
+    base_sequence: int = -1  # idempotent producer: fixed at first encoding, kept by retries and splits
 
 
 class Accumulator:
@@ -109,6 +110,9 @@ class Accumulator:
         batch.retry_at = retry_at
         self._queues.setdefault(batch.tp, deque()).appendleft(batch)
 
+    def queued(self, tp: TopicPartition) -> list[ProducerBatch]:
+        return list(self._queues.get(tp, ()))
+
     def split(self, batch: ProducerBatch) -> None:
         """Too large for the broker: put the batch back as two halves, in order, at the head
         (Java's producer splits a batch answered MESSAGE_TOO_LARGE the same way)."""
@@ -116,7 +120,8 @@ class Accumulator:
         half = len(batch.records) // 2
         q = self._queues.setdefault(batch.tp, deque())
         for lo, hi in ((half, len(batch.records)), (0, half)):  # appendleft: second half first
-            part = ProducerBatch(batch.tp, batch.created_ms, full=True, attempts=batch.attempts)
+            part = ProducerBatch(batch.tp, batch.created_ms, full=True, attempts=batch.attempts,
+                                 base_sequence=batch.base_sequence + lo if batch.base_sequence >= 0 else -1)
             part.records = [(i, *r[1:]) for i, r in enumerate(batch.records[lo:hi])]
             part.handles = batch.handles[lo:hi]
             q.appendleft(part)

@@ -27,7 +27,7 @@ from odradek.records.codec import GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_batch
 
 from .accumulator import Accumulator, ProducerBatch
 from .cluster import TopicPartition
-from .errors import STALE_METADATA, KafkaError, KafkaTimeoutError
+from .errors import STALE_METADATA, KafkaError, KafkaTimeoutError, UnsupportedApiError
 from .net import Client
 from .partitioner import key_partition
 from .versions import Api
@@ -65,12 +65,18 @@ class AsyncProducer:
                  batch_size: int = 1_000_000, compression_type: str | None = "none", retries: int = 2**31 - 1,
                  delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  max_request_size: int = 1048576, client_id: str = "odradek-producer",
-                 client: Client | None = None) -> None:
+                 enable_idempotence: bool = True, client: Client | None = None) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         if compression_type not in COMPRESSION:
             raise ValueError(f"compression_type must be one of none/gzip/snappy/lz4/zstd, not {compression_type!r}")
         self.acks = ACKS[acks]
+        # Idempotence needs acks=all (as in Java, where it is the default since 3.0): the
+        # broker then drops a retried batch it already appended, so retries neither reorder
+        # nor duplicate.
+        self.idempotent = enable_idempotence and self.acks == -1
+        self.producer_id, self.producer_epoch = -1, -1
+        self._sequences: dict[TopicPartition, int] = {}
         self.compression = COMPRESSION[compression_type]
         self.retries = retries
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -92,8 +98,25 @@ class AsyncProducer:
     async def start(self) -> AsyncProducer:
         self._loop = asyncio.get_running_loop()
         await self.client.refresh_metadata()
+        if self.idempotent:
+            await self._init_producer_id()
         self._sender = self._loop.create_task(self._run())
         return self
+
+    async def _init_producer_id(self) -> None:
+        async def attempt():
+            resp = await self.client.send_any(Api.INIT_PRODUCER_ID, {
+                "transactional_id": None, "transaction_timeout": -1, "producer_id": -1, "producer_epoch": -1})
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, "InitProducerId")
+            return resp
+        try:
+            resp = await self.client.call(attempt)
+        except UnsupportedApiError as exc:
+            log.warning("idempotence off: %s", exc)  # an old or minimal broker: at-least-once retries
+            self.idempotent = False
+            return
+        self.producer_id, self.producer_epoch = int(resp.producer_id), int(resp.producer_epoch)
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -220,7 +243,15 @@ class AsyncProducer:
                 continue
             batch = self.acc.drain(tp)
             if batch.encoded is None:
-                batch.encoded = encode_batch(batch.records, compression=self.compression)
+                if self.idempotent:
+                    if batch.base_sequence < 0:
+                        batch.base_sequence = self._sequences.get(tp, 0)
+                        self._sequences[tp] = (batch.base_sequence + len(batch.records)) & 0x7FFFFFFF
+                    batch.encoded = encode_batch(batch.records, compression=self.compression,
+                                                 producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                                 base_sequence=batch.base_sequence)
+                else:
+                    batch.encoded = encode_batch(batch.records, compression=self.compression)
             if by_node.get(node) and sizes[node] + len(batch.encoded) > self.max_request_size:
                 self.acc.reenqueue(batch)
                 batch.attempts -= 1  # not a failure: the request was full
@@ -315,6 +346,19 @@ class AsyncProducer:
         else:
             self.acc.complete(b)
             self._fail(b, exc)
+            if self.idempotent and b.base_sequence >= 0 and not exc.retriable:
+                self._release_sequences(b)
+
+    def _release_sequences(self, failed: ProducerBatch) -> None:
+        """A batch the broker refused (so never appended) must not leave a hole in the
+        partition's sequence numbers, or every later batch is OUT_OF_ORDER_SEQUENCE_NUMBER:
+        give its numbers back, renumbering the batches queued after it."""
+        n = len(failed.records)
+        for b in self.acc.queued(failed.tp):
+            if b.base_sequence > failed.base_sequence:
+                b.base_sequence -= n
+                b.encoded = None
+        self._sequences[failed.tp] = (self._sequences[failed.tp] - n) & 0x7FFFFFFF
 
 
 def _ms(value) -> int:

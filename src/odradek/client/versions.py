@@ -36,6 +36,7 @@ class Api(IntEnum):
     LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    INIT_PRODUCER_ID = 22
     DELETE_TOPICS = 20
     DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
@@ -62,6 +63,7 @@ CLIENT_VERSIONS: dict[Api, tuple[int, int]] = {
     Api.LIST_GROUPS: (0, 5),
     Api.API_VERSIONS: (0, 3),
     Api.CREATE_TOPICS: (2, 7),
+    Api.INIT_PRODUCER_ID: (0, 4),
     Api.DELETE_TOPICS: (1, 6),
     Api.DELETE_GROUPS: (0, 2),
     Api.CREATE_PARTITIONS: (0, 3),
