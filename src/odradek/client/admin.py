@@ -296,6 +296,10 @@ class AsyncAdmin:
             raise ValueError(f"unknown reset target {to!r}")
         return {tp: max(earliest[tp], min(latest[tp], off)) for tp, off in target.items()}
 
+    async def list_offsets(self, specs: dict[TopicPartition, int]) -> dict[TopicPartition, O.OffsetAndTimestamp]:
+        """tp -> timestamp in ms, or offsets.EARLIEST (-2) / LATEST (-1) / MAX_TIMESTAMP (-3)."""
+        return await O.list_offsets(self.client, {TopicPartition(*tp): ts for tp, ts in specs.items()})
+
     async def partitions_of(self, topics: list[str]) -> list[TopicPartition]:
         await self.client.refresh_metadata(list(topics))
         out = []

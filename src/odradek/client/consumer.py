@@ -487,6 +487,11 @@ class AsyncConsumer:
             return
         for attempt in range(10):
             generation, member_id, instance_id = (-1, "", None)
+            if self.member is not None and self.member.fenced:
+                # Java's CommitFailedException: the partitions are no longer ours to commit.
+                raise KafkaError(ErrorCode.fenced_member_epoch,
+                                 f"group {self.group_id}: the member was fenced; its partitions are lost",
+                                 retriable=False)
             if self.member is not None and self.member.active:
                 generation, member_id, instance_id = self.member.commit_identity()
                 if generation < 0 and self.group_protocol == "classic":
@@ -509,15 +514,15 @@ class AsyncConsumer:
 
     async def _await_heartbeat(self, timeout: float = 10.0) -> None:
         seen = self.member.epoch_changes if self.member is not None else 0
+        if self.member is not None and not self.member.in_flight:
+            self.member.next_heartbeat_ms = 0  # ask for one now rather than at the interval
+            self._group_wake.set()
         async with self._heartbeat_seen:
             try:
                 await asyncio.wait_for(self._heartbeat_seen.wait_for(
                     lambda: self.member is None or self.member.epoch_changes > seen), timeout)
             except TimeoutError:
                 pass
-        if self.member is not None:
-            self.member.next_heartbeat_ms = 0  # and ask for one now
-            self._group_wake.set()
 
     async def _commit_positions(self, tps) -> None:
         offsets = {tp: self.positions.parts[tp].position for tp in tps

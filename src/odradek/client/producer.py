@@ -65,7 +65,8 @@ class AsyncProducer:
                  batch_size: int = 1_000_000, compression_type: str | None = "none", retries: int = 2**31 - 1,
                  delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  max_request_size: int = 1048576, client_id: str = "odradek-producer",
-                 enable_idempotence: bool = True, client: Client | None = None) -> None:
+                 enable_idempotence: bool = True, max_buffered_records: int = 100_000,
+                 client: Client | None = None) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         if compression_type not in COMPRESSION:
@@ -86,6 +87,9 @@ class AsyncProducer:
                                        retry_backoff_ms=retry_backoff_ms)
         self._own_client = client is None
         self.acc = Accumulator(batch_size, linger_ms)
+        # send() waits while this many records are undelivered (Java blocks on buffer.memory).
+        self.max_buffered_records = max_buffered_records
+        self._space = asyncio.Event()
         self._sticky: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -144,6 +148,10 @@ class AsyncProducer:
         if self._closed:
             raise KafkaError(ErrorCode.unknown_server_error, "producer is closed", retriable=False)
         key, value = _bytes(key), _bytes(value)
+        while self.acc.records >= self.max_buffered_records:
+            self._space.clear()
+            self._wake.set()
+            await self._space.wait()
         n = self.client.cluster.partition_count(topic)
         if n is None:
             n = await self.partitions_for(topic)
@@ -226,6 +234,8 @@ class AsyncProducer:
                 self._send_ready(ready)
             if not self.acc.records and not self._inflight:
                 self._idle.set()
+            if self.acc.records < self.max_buffered_records:
+                self._space.set()
             timeout = None if wake_at is None else max(0.0, (wake_at - now) / 1000)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -281,6 +291,8 @@ class AsyncProducer:
 
         def done(t: asyncio.Task) -> None:
             self._inflight.discard(t)
+            if self.acc.records < self.max_buffered_records:
+                self._space.set()
             self._wake.set()  # the sender decides whether the producer is now idle
         task.add_done_callback(done)
 

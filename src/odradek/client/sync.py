@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections import deque
 from typing import Any, Self
 
@@ -55,6 +56,8 @@ class Producer:
     def send(self, topic: str, value=None, key=None, **kw) -> concurrent.futures.Future:
         """Queue a record; the future resolves to RecordMetadata."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
+        while len(self._queue) >= self._p.max_buffered_records:
+            time.sleep(0.0005)  # back-pressure, like Java's send blocking on buffer.memory
         with self._qlock:
             self._queue.append((topic, value, key, kw, fut))
             if self._draining:
@@ -136,13 +139,16 @@ class Consumer:
     def _call(self, coro, timeout: float | None = None):
         """Run `coro` on the loop, serving listener callbacks on this thread meanwhile."""
         fut = asyncio.run_coroutine_threadsafe(coro, loop())
+        # The call's completion also lands in the queue, so this thread sleeps until there
+        # is a callback to run or the result is in: no polling delay.
+        fut.add_done_callback(lambda _f: self._callbacks.put(None))
         while True:
-            try:
-                fn, partitions, done = self._callbacks.get(timeout=0.01)
-            except queue.Empty:
+            item = self._callbacks.get()
+            if item is None:
                 if fut.done():
                     return fut.result()
-                continue
+                continue  # a stale wake-up from an earlier call
+            fn, partitions, done = item
             try:
                 fn(partitions)
             except Exception as exc:  # noqa: BLE001 - reported through the awaiting coroutine
