@@ -1,4 +1,9 @@
-"""`odradek` command line."""
+"""`odradek` command line: builds the argparse tree and dispatches.
+
+`broker` runs a broker in the foreground; `topics`, `produce`, `consume` and `groups`
+are Kafka's shell tools on odradek's own client, one module per family in
+`odradek.commands`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
+
+from . import commands
+from .commands import groups, stream, topics
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -58,7 +66,9 @@ def _broker(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odradek", description="Kafka-wire-compatible broker in Python")
-    parser.add_argument("--log-level", default="INFO")
+    # Default: INFO for the broker (its startup line is what tests wait for), WARNING for
+    # the client commands, whose stdout/stderr are data and a one-line summary.
+    parser.add_argument("--log-level", help="logging level (default INFO for broker, WARNING otherwise)")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run a broker in the foreground (SIGTERM/SIGINT stop it cleanly)")
     b.add_argument("--config", help="Java properties file with Kafka key names (log.dirs, num.partitions, ...)")
@@ -69,9 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--rack")
     b.add_argument("-o", "--override", action="append", metavar="KEY=VALUE", help="set one broker property")
     b.set_defaults(func=_broker)
+    common = commands.common_parser()
+    topics.register(sub, common)
+    stream.register(sub, common)
+    groups.register(sub, common)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return args.func(args)
+    level = args.log_level or ("INFO" if args.command == "broker" else "WARNING")
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "broker":
+        return args.func(args)
+    return commands.dispatch(args)
 
 
 if __name__ == "__main__":
