@@ -44,6 +44,7 @@ test-all: $(STAMP_DEV) kcat
 
 bench: $(STAMP_BENCH)
 	$(PY) bench/throughput.py
+	$(PY) bench/client.py --records 1000000
 	$(PY) bench/assignors.py
 	$(PY) bench/coordinator.py
 	$(PY) bench/rebalance.py

@@ -214,12 +214,18 @@ def test_fetchable_and_plan():
     p.seek(B, 7)
     p.parts[B].leader_epoch = 3
     assert p.needing_position() == [TopicPartition("u", 0)]
-    p.on_partition(A, 0, batch(0, 1), 1)  # A has data buffered: not fetched again
+    p.on_partition(A, 0, batch(0, 1), 1)  # one chunk buffered: A is fetched ahead, after it
+    assert p.fetchable() == [A, B]
+    assert p.plan({A: 2, B: 2}) == {2: [(A, 1, -1), (B, 7, 3)]}
+    p.on_partition(A, 1, batch(1, 1), 2)  # a second chunk: A waits until the first is consumed
     assert p.fetchable() == [B]
     assert p.plan({B: 2}) == {2: [(B, 7, 3)]}
     assert p.plan({}) == {}  # unknown leader: nothing planned
+    p.on_partition(A, 0, batch(0, 1), 1)  # a stale answer (not from where A's next fetch starts): dropped
+    assert offsets(p.take(100)) == [0, 1]
     p.parts[B].paused = True
-    assert p.fetchable() == []
+    assert p.fetchable() == [A]  # drained: fetched from its position again; B paused
+    assert p.plan({A: 2, B: 2}) == {2: [(A, 2, -1)]}
 
 
 def test_set_keeps_positions_of_retained_partitions():

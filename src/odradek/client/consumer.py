@@ -701,7 +701,7 @@ class AsyncConsumer:
             timeout = self.client.request_timeout
             if api == Api.JOIN_GROUP:
                 # A JoinGroup is parked until the rebalance completes (up to the rebalance timeout).
-                timeout = self.rebalance_timeout_ms / 1000 + 5
+                timeout = max(timeout, self.rebalance_timeout_ms / 1000 + 5)  # Java's JoinGroup timeout
             resp = await self.client.send(node, api, body, timeout=timeout)
         except KafkaError as exc:
             if exc.code in COORDINATOR_MOVED or isinstance(exc, KafkaConnectionError) or exc.retriable:

@@ -3,8 +3,9 @@
 Theory of operation: `Positions` holds, for every assigned partition, the offset of
 the next record the application will see, whether it is paused, and whether its
 position still has to be found (committed offset, else `auto_offset_reset`). A fetch
-is planned per leader for partitions that have a position, are not paused and have
-nothing buffered (`plan`); its response is turned into `Completed` chunks, each tagged
+is planned per leader for partitions that have a position, are not paused and have at
+most one chunk buffered (`plan`; the fetch then starts after that chunk, so the next
+fetch is in flight while the application works through the current one); its response is turned into `Completed` chunks, each tagged
 with the position it was fetched from. `take` hands the application records only from
 a chunk whose fetch position still equals the partition's position and whose partition
 is still assigned and not paused, so a seek, a pause or a rebalance in between makes
@@ -91,26 +92,48 @@ class Positions:
 
     # -------------------------------------------------------------- fetching
 
+    # Chunks a partition may have buffered and still be fetched: one, so the next fetch is
+    # in flight while the application works through the current chunk.
+    PREFETCH = 1
+
+    def _buffered(self) -> dict[TopicPartition, tuple[int, int]]:
+        """tp -> (buffered chunks, offset after the last one)."""
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for c in self.buffer:
+            n, _ = out.get(c.tp, (0, 0))
+            out[c.tp] = (n + 1, c.next_offset)
+        return out
+
+    def next_fetch_offset(self, tp: TopicPartition) -> int | None:
+        """Where the next fetch of `tp` starts: after its buffered data, else its position."""
+        s = self.parts.get(tp)
+        if s is None or s.position is None:
+            return None
+        ahead = self._buffered().get(tp)
+        return ahead[1] if ahead else s.position
+
     def fetchable(self) -> list[TopicPartition]:
-        buffered = {c.tp for c in self.buffer}
+        buffered = self._buffered()
         return [tp for tp, s in self.parts.items()
-                if s.position is not None and not s.paused and tp not in buffered]
+                if s.position is not None and not s.paused and buffered.get(tp, (0, 0))[0] <= self.PREFETCH]
 
     def plan(self, leaders: dict[TopicPartition, int]) -> dict[int, list[tuple[TopicPartition, int, int]]]:
         """node -> [(tp, fetch offset, leader epoch)] for every fetchable partition with a known leader."""
         out: dict[int, list[tuple[TopicPartition, int, int]]] = {}
+        buffered = self._buffered()
         for tp in self.fetchable():
             node = leaders.get(tp)
             if node is not None:
                 s = self.parts[tp]
-                out.setdefault(node, []).append((tp, s.position, s.leader_epoch))
+                ahead = buffered.get(tp)
+                out.setdefault(node, []).append((tp, ahead[1] if ahead else s.position, s.leader_epoch))
         return out
 
     def on_partition(self, tp: TopicPartition, fetch_offset: int, records_bytes: bytes | None,
                      high_watermark: int) -> None:
         """A partition's data from a Fetch response with no error."""
         s = self.parts.get(tp)
-        if s is None or s.position != fetch_offset:
+        if s is None or self.next_fetch_offset(tp) != fetch_offset:
             return  # revoked or sought meanwhile: drop (the 0.9 design: stale fetches are discarded)
         s.high_watermark = high_watermark
         if not records_bytes:

@@ -147,14 +147,27 @@ class AsyncProducer:
         """Queue one record; returns a future resolving to RecordMetadata (or raising KafkaError)."""
         if self._closed:
             raise KafkaError(ErrorCode.unknown_server_error, "producer is closed", retriable=False)
-        key, value = _bytes(key), _bytes(value)
+        n = await self.room_for(topic)
+        fut = self._loop.create_future()
+        self.append(topic, value, key, partition, timestamp_ms, headers, fut, n)
+        return fut
+
+    async def room_for(self, topic: str) -> int:
+        """Wait until the buffer has room (back-pressure) and the topic's partition count is
+        known; returns that count."""
         while self.acc.records >= self.max_buffered_records:
             self._space.clear()
             self._wake.set()
             await self._space.wait()
         n = self.client.cluster.partition_count(topic)
-        if n is None:
-            n = await self.partitions_for(topic)
+        return n if n is not None else await self.partitions_for(topic)
+
+    def append(self, topic: str, value, key, partition: int | None, timestamp_ms: int | None, headers,
+               handle, n: int) -> None:
+        """Partition and queue one record without waiting (`room_for` came first). `handle`
+        is anything with done/set_result/set_exception: an asyncio future, or the sync
+        facade's lighter DeliveryFuture."""
+        key, value = _bytes(key), _bytes(value)
         if partition is None:
             if key is not None:
                 partition = key_partition(key, n)
@@ -164,11 +177,10 @@ class AsyncProducer:
                     partition = self._sticky[topic] = random.randrange(n)
         elif not 0 <= partition < n:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic} has {n} partitions, not {partition + 1}")
-        fut = self._loop.create_future()
         now = time.monotonic() * 1000
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         tp = TopicPartition(topic, partition)
-        if self.acc.append(tp, ts, key, value, _headers(headers), fut, now):
+        if self.acc.append(tp, ts, key, value, _headers(headers), handle, now):
             if key is None and partition == self._sticky.get(topic) and n > 1:
                 # KIP-480: switch the sticky partition when its batch fills.
                 self._sticky[topic] = random.choice([p for p in range(n) if p != partition])
@@ -178,7 +190,6 @@ class AsyncProducer:
         elif not self._wake.is_set() and self.acc.records == 1:
             self._wake.set()  # the sender sleeps until there is something to time
         self._idle.clear()
-        return fut
 
     async def send_and_wait(self, topic: str, value=None, key=None, **kw) -> RecordMetadata:
         return await (await self.send(topic, value, key, **kw))

@@ -3,7 +3,7 @@
 Theory of operation: one daemon thread per process runs an event loop; each facade
 method submits the matching coroutine to it and waits. Producer.send is the hot path,
 so it does not pay a thread hop per record: records go into a queue that a task on the
-loop drains, and each returns a `concurrent.futures.Future`. Rebalance callbacks must
+loop drains, and each returns a light `DeliveryFuture`. Rebalance callbacks must
 run on the caller's thread, inside `poll`/`close` as Java runs them, and may call back
 into the consumer (commit, seek): the async consumer's listener is a proxy that hands
 each callback to the thread blocked in poll and waits for it to finish there, so the
@@ -13,7 +13,6 @@ loop is free to serve the callback's own requests.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import queue
 import threading
 import time
@@ -53,20 +52,26 @@ class Producer:
         self._draining = False
         self._qlock = threading.Lock()
 
-    def send(self, topic: str, value=None, key=None, **kw) -> concurrent.futures.Future:
+    def send(self, topic: str, value=None, key=None, *, partition: int | None = None,
+             timestamp_ms: int | None = None, headers=None) -> DeliveryFuture:
         """Queue a record; the future resolves to RecordMetadata."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut = DeliveryFuture()
         while len(self._queue) >= self._p.max_buffered_records:
             time.sleep(0.0005)  # back-pressure, like Java's send blocking on buffer.memory
         with self._qlock:
-            self._queue.append((topic, value, key, kw, fut))
+            self._queue.append((topic, value, key, partition, timestamp_ms, headers, fut))
             if self._draining:
                 return fut
             self._draining = True
-        loop().call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain()))
+        loop().call_soon_threadsafe(self._start_drain)
         return fut
 
+    def _start_drain(self) -> None:
+        asyncio.ensure_future(self._drain())
+
     async def _drain(self) -> None:
+        p = self._p
+        counts = p.client.cluster.partition_count
         while True:
             with self._qlock:
                 if not self._queue:
@@ -74,13 +79,14 @@ class Producer:
                     return
                 items = list(self._queue)
                 self._queue.clear()
-            for topic, value, key, kw, fut in items:
+            for topic, value, key, partition, timestamp_ms, headers, fut in items:
                 try:
-                    inner = await self._p.send(topic, value, key, **kw)
+                    n = counts(topic)
+                    if n is None or p.acc.records >= p.max_buffered_records:
+                        n = await p.room_for(topic)  # the slow path: metadata or back-pressure
+                    p.append(topic, value, key, partition, timestamp_ms, headers, fut, n)
                 except Exception as exc:  # noqa: BLE001 - handed to the caller's future
                     fut.set_exception(exc)
-                    continue
-                inner.add_done_callback(lambda f, out=fut: _copy(f, out))
 
     def flush(self, timeout: float | None = None) -> None:
         while True:
@@ -102,11 +108,67 @@ class Producer:
         self.close()
 
 
-def _copy(src: asyncio.Future, dst: concurrent.futures.Future) -> None:
-    if src.exception() is not None:
-        dst.set_exception(src.exception())
-    else:
-        dst.set_result(src.result())
+_waiters = threading.Lock()
+
+
+class DeliveryFuture:
+    """What the synchronous Producer.send returns: a future far lighter than
+    concurrent.futures.Future (no Condition per record). The loop thread completes it;
+    a waiting thread gets an Event only when it actually has to wait."""
+
+    __slots__ = ("_callbacks", "_done", "_event", "_exc", "_result")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result = self._exc = self._event = self._callbacks = None
+
+    def set_result(self, result) -> None:
+        self._result = result
+        self._finish()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._finish()
+
+    def _finish(self) -> None:
+        self._done = True  # before looking for a waiter: see result()
+        with _waiters:
+            event, callbacks = self._event, self._callbacks
+        if event is not None:
+            event.set()
+        for fn in callbacks or ():
+            fn(self)
+
+    def done(self) -> bool:
+        return self._done
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._done:
+            return
+        with _waiters:
+            if not self._done and self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if event is not None and not event.wait(timeout):
+            raise TimeoutError("record not delivered yet")
+
+    def result(self, timeout: float | None = None):
+        self._wait(timeout)
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return self._exc
+
+    def add_done_callback(self, fn) -> None:
+        """`fn(future)` runs when the record is delivered (on the client's loop thread)."""
+        with _waiters:
+            if not self._done:
+                self._callbacks = [*(self._callbacks or ()), fn]
+                return
+        fn(self)
 
 
 class _CallerThreadListener(RebalanceListener):
@@ -258,4 +320,4 @@ class Admin:
         self.close()
 
 
-__all__ = ["Admin", "Consumer", "Producer", "RecordMetadata", "loop", "run"]
+__all__ = ["Admin", "Consumer", "DeliveryFuture", "Producer", "RecordMetadata", "loop", "run"]
