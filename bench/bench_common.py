@@ -125,3 +125,33 @@ def machine_line(extra: str = "") -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"nproc={n}  cpu={model}  python={platform.python_version()} ({platform.python_implementation()})  "
             f"{extra + '  ' if extra else ''}loadavg at start {load}  odradek {git_revision()}")
+
+
+def librdkafka_produce_loop(producer, topic: str, values: list[bytes], n: int, partition_of, deadline: float
+                            ) -> tuple[int, bool]:
+    """Produce `n` records with a confluent-kafka Producer as fast as it accepts them:
+    values cycle through `values` (a power-of-two pool), record i goes to partition
+    `partition_of(i)`; a full local queue is drained by serving delivery reports. Returns
+    (records handed to librdkafka, timed out). Shared by throughput.py and client.py."""
+    produce, poll = producer.produce, producer.poll
+    mask = len(values) - 1
+    sent = 0
+    for i in range(n):
+        v, part = values[i & mask], partition_of(i)
+        try:
+            produce(topic, v, None, part)
+        except BufferError:
+            while True:  # local queue full: serve delivery reports until there is room
+                poll(0.005)
+                try:
+                    produce(topic, v, None, part)
+                    break
+                except BufferError:
+                    if time.monotonic() > deadline:
+                        return sent, True
+        sent += 1
+        if not i & 1023:
+            poll(0)
+            if time.monotonic() > deadline:
+                return sent, True
+    return sent, False

@@ -76,7 +76,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import ROOT, BrokerProcess, git_revision, machine_line, table
+from bench_common import (
+    ROOT,
+    BrokerProcess,
+    git_revision,
+    librdkafka_produce_loop,
+    machine_line,
+    table,
+)
 
 MB = 1_000_000
 VALUE_POOL = 1024  # distinct pre-generated values per worker (power of two)
@@ -314,7 +321,7 @@ def rdk_produce(p: dict, res: dict, ready_q: Any, start_evt: Any) -> None:
     from confluent_kafka import Producer
 
     n, topic, parts, timeout = p["records"], p["topic"], p["partitions"], p["timeout"]
-    vals, mask = values(p["size"]), VALUE_POOL - 1
+    vals = values(p["size"])
     errors: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:  # errors only (delivery.report.only.error)
@@ -328,33 +335,9 @@ def rdk_produce(p: dict, res: dict, ready_q: Any, start_evt: Any) -> None:
     prod.list_topics(topic, timeout=10)  # connect + metadata before timing
     _wait_start(ready_q, start_evt, timeout)
     deadline = time.monotonic() + timeout
-    produce, poll = prod.produce, prod.poll
-    sent = 0
-    timed_out = False
     c0 = time.process_time()
     t0 = time.monotonic()
-    for i in range(n):
-        v, part = vals[i & mask], i % parts
-        try:
-            produce(topic, v, None, part)
-        except BufferError:
-            while True:
-                poll(0.005)
-                try:
-                    produce(topic, v, None, part)
-                    break
-                except BufferError:
-                    if time.monotonic() > deadline:
-                        timed_out = True
-                        break
-            if timed_out:
-                break
-        sent += 1
-        if not i & 1023:
-            poll(0)
-            if time.monotonic() > deadline:
-                timed_out = True
-                break
+    sent, timed_out = librdkafka_produce_loop(prod, topic, vals, n, lambda i: i % parts, deadline)
     remaining = prod.flush(max(0.1, deadline - time.monotonic()))
     t1 = time.monotonic()
     _finish_produce(res, n, sent, t0, t1, c0, len(errors), errors[0] if errors else None,

@@ -53,6 +53,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_common import librdkafka_produce_loop
+
 LOOPBACK = "127.0.0.1"
 MB = 1_000_000  # MB/s below means 10^6 bytes of record *value* per second
 VALUE_POOL = 1024  # distinct pre-generated values per worker (power of two)
@@ -463,41 +465,14 @@ def producer_worker(
         p = Producer(conf)
         p.list_topics(topic, timeout=10)  # connect + metadata before timing
         values = _values(size, idx)
-        mask = VALUE_POOL - 1
         ready_q.put(idx)
         if not start_evt.wait(timeout):
             res["error"] = "start signal never came"
             return
         deadline = time.monotonic() + timeout
-        produce, poll = p.produce, p.poll
-        sent = 0
-        timed_out = False
         c0 = time.process_time()  # all threads of this process, incl. librdkafka's
         t0 = time.monotonic()
-        for i in range(n):
-            v = values[i & mask]
-            part = (idx + i) % partitions
-            try:
-                produce(topic, v, None, part)
-            except BufferError:
-                # local queue full: serve delivery reports until there is room
-                while True:
-                    poll(0.005)
-                    try:
-                        produce(topic, v, None, part)
-                        break
-                    except BufferError:
-                        if time.monotonic() > deadline:
-                            timed_out = True
-                            break
-                if timed_out:
-                    break
-            sent += 1
-            if not (i & 1023):
-                poll(0)
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
+        sent, timed_out = librdkafka_produce_loop(p, topic, values, n, lambda i: (idx + i) % partitions, deadline)
         remaining = p.flush(max(0.0, deadline - time.monotonic())) if not timed_out else p.flush(0)
         t1 = time.monotonic()
         res.update(
