@@ -576,7 +576,6 @@ class AsyncConsumer:
     async def _reconcile(self) -> None:
         """Run what the member needs from the application: lost, revoke, then assign."""
         m = self.member
-        _now()
         if m.fenced:
             lost = set(self.positions.parts)
             self.positions.set([])
