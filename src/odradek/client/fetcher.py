@@ -64,16 +64,19 @@ class Positions:
 
     # -------------------------------------------------------------- assignment
 
+    # Partitions are kept in (topic, partition) order, not in the hash order of the sets
+    # callers pass: fetch plans must not depend on PYTHONHASHSEED (the simulator replays them).
+
     def set(self, tps) -> None:
         keep = set(tps)
         for tp in list(self.parts):
             if tp not in keep:
                 del self.parts[tp]
-        for tp in keep:
+        for tp in sorted(keep):
             self.parts.setdefault(tp, PartitionState())
 
     def add(self, tps) -> None:
-        for tp in tps:
+        for tp in sorted(tps):
             self.parts.setdefault(tp, PartitionState())
 
     def remove(self, tps) -> None:
