@@ -7,8 +7,9 @@ PIP := $(VENV)/bin/pip
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
+STAMP_SPARK := $(VENV)/.installed-spark
 
-.PHONY: run test test-all bench clean
+.PHONY: run test test-all bench demo java clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,28 +27,44 @@ $(STAMP_BENCH): pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[bench]'
 	touch $@
 
+$(STAMP_SPARK): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[spark]'
+	touch $@ $(STAMP_RUN)
+
 # kcat comes from Debian's packages; install it when missing (we run as root on these machines).
 kcat:
 	@command -v kcat >/dev/null 2>&1 || { \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# PySpark needs a Java 17+ runtime: Debian's default-jre-headless (OpenJDK 17 on bookworm) when there is none.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq default-jre-headless >/dev/null; }
+
 run: $(STAMP_RUN)
 	$(VENV)/bin/odradek broker --data-dir ./data --listen 127.0.0.1:9092
 
-test: $(STAMP_DEV) kcat
+test: $(STAMP_DEV) kcat java
 	$(VENV)/bin/pytest -q
 
 # Everything, slow tests included.
-test-all: $(STAMP_DEV) kcat
+test-all: $(STAMP_DEV) kcat java
 	$(VENV)/bin/pytest -q -m ''
 
-bench: $(STAMP_BENCH)
+bench: $(STAMP_BENCH) $(STAMP_SPARK) java
 	$(PY) bench/throughput.py
 	$(PY) bench/client.py --records 1000000
 	$(PY) bench/assignors.py
 	$(PY) bench/coordinator.py
 	$(PY) bench/rebalance.py
+	$(PY) bench/spark.py
+
+# The Spark streaming demo: an embedded broker, 30 s of clicks at 2000/s, windowed page counts to
+# Parquet (./pipeline-output) and to topic page-counts, then a summary (see `odradek pipeline demo -h`).
+demo: $(STAMP_SPARK) java
+	$(VENV)/bin/odradek pipeline demo
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -190,6 +190,9 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._prev_end: OFF.Offsets | None = None  # PySpark < 4.2: our own record of the start
         self._target: OFF.Offsets | None = None  # Trigger.AvailableNow
         self.view.partitions(strict=o.assign is not None)  # unknown assigned partitions fail at start
+        # PySpark builds this reader in a short-lived planning worker and never stops that
+        # copy: close the connection now (it reopens lazily where the reader lives on).
+        self.stop()
 
     def initialOffset(self) -> dict:
         tps = self.view.partitions()
