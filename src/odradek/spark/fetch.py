@@ -1,10 +1,13 @@
 """Executor side: read `[start, end)` of one partition from its leader, as Arrow batches.
 
-Theory of operation: a manual-assignment odradek consumer (no group) seeks to `start` and
-polls until its position reaches `end`. The stop is by offset, never by count:
+Theory of operation: Fetch requests for the one partition go to its leader through the
+odradek client's connection handling (leader lookup, retries, timeouts), one request
+ahead, so the next chunk is on its way while this one is decoded; each chunk becomes one
+Arrow batch through `columnar.to_arrow`, with no Python object per record. The read ends
+when the fetch position reaches `end`. The stop is by offset, never by count:
 compaction leaves gaps and transaction markers take offsets, so a range may hold fewer
 records than `end - start`. Records at or past `end` are dropped; records before `start`
-never appear (the consumer's fetch skips them inside compressed batches). An offset that
+are masked out (a compressed batch can start before `start`). An offset that
 is out of range (deleted by retention while the query ran) fails the task when
 `failOnDataLoss` is true, and otherwise skips ahead with a warning naming the partition and
 the offsets lost.
@@ -12,15 +15,22 @@ the offsets lost.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
 
 import pyarrow as pa
+from kio.schema.errors import ErrorCode
 
-from odradek.client import Consumer, KafkaError, TopicPartition
+from odradek.client import KafkaError, TopicPartition
+from odradek.client.net import Client
+from odradek.client.offsets import EARLIEST, LATEST, list_offsets
+from odradek.client.sync import loop, run
+from odradek.client.versions import Api
+from odradek.records.batch import iter_headers
 
-from .arrow import to_batch
+from .columnar import to_arrow
 
 log = logging.getLogger("odradek.spark")
 
@@ -29,58 +39,114 @@ class DataLossError(RuntimeError):
     pass
 
 
+class _PartitionFetcher:
+    """Fetch requests for one partition through the client's connections (on the sync
+    facade's loop thread); decoding stays on the calling (Spark worker) thread."""
+
+    def __init__(self, bootstrap: str, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.client = run(_make_client(bootstrap))
+
+    async def fetch(self, offset: int, max_bytes: int):
+        tp, client = self.tp, self.client
+        node = await client.leader_for(tp)
+        body = {"cluster_id": None, "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": max_bytes,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": tp.topic, "partitions": [{
+                    "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+        resp = await client.send(node, Api.FETCH, body)
+        for t in resp.responses:
+            for p in t.partitions:
+                if t.topic == tp.topic and int(p.partition_index) == tp.partition:
+                    return p.error_code, p.records, int(p.high_watermark), int(p.log_start_offset)
+        return ErrorCode.unknown_topic_or_partition, None, -1, -1
+
+    def submit(self, offset: int, max_bytes: int):
+        return asyncio.run_coroutine_threadsafe(self.fetch(offset, max_bytes), loop())
+
+    def close(self) -> None:
+        run(self.client.close())
+
+
+async def _make_client(bootstrap: str) -> Client:
+    return Client(bootstrap, client_id="odradek-spark")
+
+
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *, fail_on_data_loss: bool,
-               include_headers: bool, max_records: int = 20000, stall_timeout: float = 60.0
+               include_headers: bool, max_bytes: int = 4 << 20, stall_timeout: float = 60.0
                ) -> Iterator[pa.RecordBatch]:
     tp = TopicPartition(topic, partition)
-    consumer = Consumer(bootstrap, auto_offset_reset="none", enable_auto_commit=False, max_poll_records=max_records,
-                        fetch_max_wait_ms=100, client_id="odradek-spark")
+    fetcher = _PartitionFetcher(bootstrap, tp)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, start)
         position = start
         progress_at = time.monotonic()
+        pending = fetcher.submit(position, max_bytes)
+        failures = 0
         while position < end:
             try:
-                records = consumer.poll(500)
+                code, data, high_watermark, _log_start = pending.result(fetcher.client.request_timeout + 5)
             except KafkaError as exc:
-                if exc.name != "OFFSET_OUT_OF_RANGE":
+                if not exc.retriable or failures >= 10:
                     raise
-                position = _skip_lost(consumer, tp, position, end, fail_on_data_loss)
+                failures += 1
+                time.sleep(fetcher.client.backoff_for(failures))
+                run(fetcher.client.refresh_metadata([topic]))
+                pending = fetcher.submit(position, max_bytes)
                 continue
-            new_position = consumer.position(tp)
-            if records:
-                if records[-1].offset >= end:
-                    records = [r for r in records if r.offset < end]
-                if records:
-                    yield to_batch(records, include_headers)
-            if new_position > position:
-                position, progress_at = new_position, time.monotonic()
+            if code == ErrorCode.offset_out_of_range:
+                # The log's bounds now (a Fetch error need not carry them).
+                bounds = run(list_offsets(fetcher.client, {tp: EARLIEST}))[tp].offset, \
+                    run(list_offsets(fetcher.client, {tp: LATEST}))[tp].offset
+                position = _skip_lost(tp, position, end, *bounds, fail_on_data_loss)
+                if position < end:
+                    pending = fetcher.submit(position, max_bytes)
+                continue
+            if code != ErrorCode.none:
+                err = KafkaError(code, f"Fetch {tp} at {position}")
+                if not err.retriable or failures >= 10:
+                    raise err
+                failures += 1
+                time.sleep(fetcher.client.backoff_for(failures))
+                run(fetcher.client.refresh_metadata([topic]))
+                pending = fetcher.submit(position, max_bytes)
+                continue
+            failures = 0
+            # Where the next fetch starts (after the last complete batch), so it is in
+            # flight while this one is decoded.
+            next_position = position
+            for h in iter_headers(data or b""):
+                next_position = max(next_position, h.next_offset)
+            if next_position < end:
+                pending = fetcher.submit(next_position, max_bytes)
+            if next_position > position:
+                batch = to_arrow(data, topic, partition, position, end, include_headers)
+                if batch is not None and batch.num_rows:
+                    yield batch
+                position, progress_at = next_position, time.monotonic()
             elif time.monotonic() - progress_at > stall_timeout:
-                latest = consumer.end_offsets([tp])[tp]
-                message = (f"{tp}: no progress at offset {position} for {stall_timeout:.0f}s; the log ends at "
-                           f"{latest}, the batch was planned up to {end}")
-                if latest < end and not fail_on_data_loss:
+                message = (f"{tp}: no records at offset {position} for {stall_timeout:.0f}s; the log ends at "
+                           f"{high_watermark}, the batch was planned up to {end}")
+                if high_watermark < end and not fail_on_data_loss:
                     log.warning("%s; offsets %d..%d are lost (failOnDataLoss=false)", message, position, end - 1)
                     return
-                raise DataLossError(message + (" (records were removed)" if latest < end else ""))
+                raise DataLossError(message + (" (records were removed)" if high_watermark < end else ""))
+            elif next_position >= end:
+                break
     finally:
-        consumer.close()
+        fetcher.close()
 
 
-def _skip_lost(consumer: Consumer, tp: TopicPartition, position: int, end: int, fail: bool) -> int:
-    earliest = consumer.beginning_offsets([tp])[tp]
-    latest = consumer.end_offsets([tp])[tp]
-    if earliest > position:
-        lost = f"offsets {position}..{min(earliest, end) - 1} of {tp} were deleted (retention) before they were read"
-        resume = earliest
+def _skip_lost(tp: TopicPartition, position: int, end: int, log_start: int, log_end: int, fail: bool) -> int:
+    if log_start > position:
+        lost = f"offsets {position}..{min(log_start, end) - 1} of {tp} were deleted (retention) before they were read"
+        resume = log_start
     else:
-        lost = f"offsets {max(position, latest)}..{end - 1} of {tp} no longer exist (the log ends at {latest})"
+        lost = f"offsets {max(position, log_end)}..{end - 1} of {tp} no longer exist (the log ends at {log_end})"
         resume = end
     if fail:
         raise DataLossError(f"{lost}. Some data may have been lost; set failOnDataLoss=false to skip it "
                             "and go on (Spark's Kafka source says the same)")
     log.warning("%s; skipping them (failOnDataLoss=false)", lost)
-    if resume < end:
-        consumer.seek(tp, resume)
     return min(resume, end)

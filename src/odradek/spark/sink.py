@@ -33,7 +33,7 @@ def write_batches(o: SinkOptions, batches) -> int:
             parts = cols.get("partition", [None] * n)
             headers = cols.get("headers", [None] * n)
             for i in range(n):
-                topic = topics[i] or o.topic
+                topic = o.topic or topics[i]  # Spark-Kafka: the topic option overrides the topic column
                 if not topic:
                     raise ValueError("a row has a null topic and no topic option is set")
                 hs = [(h["key"], _bytes(h["value"])) for h in headers[i]] if headers[i] else None

@@ -90,7 +90,12 @@ class _BrokerView:
     def partitions(self, *, strict: bool = False) -> list[TopicPartition]:
         o = self.o
         if o.assign is not None:
-            existing = {t: {tp.partition for tp in self.admin.partitions_of([t])} for t in o.assign}
+            existing = {}
+            for t in o.assign:
+                try:
+                    existing[t] = {tp.partition for tp in self.admin.partitions_of([t])}
+                except KafkaError:
+                    raise ValueError(f"option assign names topic {t!r}, which does not exist") from None
             missing = [f"{t}-{p}" for t, ps in o.assign.items() for p in ps if p not in existing[t]]
             if missing:
                 raise ValueError(f"option assign names partitions that do not exist: {', '.join(missing)}")
@@ -189,6 +194,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.group_id = o.group_id or f"{o.group_id_prefix}-{uuid.uuid4()}"
         self._prev_end: OFF.Offsets | None = None  # PySpark < 4.2: our own record of the start
         self._target: OFF.Offsets | None = None  # Trigger.AvailableNow
+        self._committed: OFF.Offsets | None = None  # last offsets committed to the group
         self.view.partitions(strict=o.assign is not None)  # unknown assigned partitions fail at start
         # PySpark builds this reader in a short-lived planning worker and never stops that
         # copy: close the connection now (it reopens lazily where the reader lives on).
@@ -212,6 +218,10 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         if start is not None:
             begin = OFF.from_json(start)
+            # `start` is the end of the last batch Spark completed; commit() for that batch
+            # only comes once the next batch is planned, so this is what keeps the group's
+            # lag current when the stream goes idle or the query ends.
+            self._commit_once(begin)
         elif self._prev_end is not None:
             begin = self._prev_end
         else:  # PySpark < 4.2 after a restart: the group's commits track the checkpoint
@@ -253,7 +263,12 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(partition)
 
     def commit(self, end: dict) -> None:
-        self.view.commit_group(self.group_id, OFF.from_json(end))
+        self._commit_once(OFF.from_json(end))
+
+    def _commit_once(self, offsets: OFF.Offsets) -> None:
+        if offsets and offsets != self._committed:
+            self.view.commit_group(self.group_id, offsets)
+            self._committed = offsets
 
     def stop(self) -> None:
         if self.view._admin is not None:
