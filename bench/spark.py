@@ -15,7 +15,7 @@ from query start to termination, for two sources, interleaved, ``--repeat`` time
 
 ``odradek``    the connector: ``subscribe`` the topic, ``startingOffsets=earliest``; one
                input partition per Kafka partition, each read by ``fetch.read_range``
-               (an odradek consumer, records -> ``arrow.to_batch``).
+               (raw fetches, decoded straight to Arrow by ``columnar.to_arrow``).
 ``synthetic``  a Python DataSource defined in this file: the same schema and the same
                number of rows in the same number of input partitions, yielded as
                pyarrow RecordBatches of ``--batch-rows`` rows (the connector's
@@ -36,7 +36,7 @@ admin's threads), broker = the broker process; in seconds and in cores (CPU s / 
 The goal of the issue: odradek >= 0.7 x the synthetic ceiling (medians).
 
 ``--breakdown`` (default on) then reads one partition in this process with
-``fetch.read_range`` as an executor would, timing ``arrow.to_batch`` apart from the
+``fetch.read_range`` as an executor would, timing ``columnar.to_arrow`` apart from the
 consumer (fetch + record decoding), and ``--profile`` adds a cProfile of that read (top
 functions by own time).
 
@@ -258,21 +258,21 @@ def run_query(spark, meter: Meter, source: str, args, bootstrap: str, rows: int,
 
 def breakdown(bootstrap: str, partition: int, end: int, profile: bool, top: int) -> dict:
     """One partition read in this process exactly as an executor task reads it, with
-    arrow.to_batch timed apart (and, with `profile`, under cProfile)."""
+    columnar.to_arrow timed apart (and, with `profile`, under cProfile)."""
     from odradek.spark import fetch
 
     spent = {"to_batch": 0.0, "batches": 0}
-    original = fetch.to_batch
+    original = fetch.to_arrow
 
-    def timed(records, include_headers):
+    def timed(*args, **kwargs):
         t = time.perf_counter()
         try:
-            return original(records, include_headers)
+            return original(*args, **kwargs)
         finally:
             spent["to_batch"] += time.perf_counter() - t
             spent["batches"] += 1
 
-    fetch.to_batch = timed
+    fetch.to_arrow = timed
     prof = cProfile.Profile() if profile else None
     rows = 0
     try:
@@ -286,7 +286,7 @@ def breakdown(bootstrap: str, partition: int, end: int, profile: bool, top: int)
             prof.disable()
         wall, cpu = time.perf_counter() - t0, self_cpu() - c0
     finally:
-        fetch.to_batch = original
+        fetch.to_arrow = original
     out = {"partition": partition, "rows": rows, "wall_s": wall, "cpu_s": cpu, "rows_per_s": rows / wall,
            "to_batch_s": spent["to_batch"], "to_batch_calls": spent["batches"],
            "consumer_s": wall - spent["to_batch"], "profiled": profile}
@@ -494,8 +494,8 @@ def print_breakdown(bd: dict) -> None:
     print(f"\n== one partition read in-process (fetch.read_range, as an executor task): {bd['rows']:,} rows ==")
     print(f"  {bd['wall_s']:.2f} s wall, {bd['cpu_s']:.2f} s CPU (this process), {bd['rows_per_s']:,.0f} rows/s"
           + (" (under cProfile)" if bd["profiled"] else ""))
-    print(f"  arrow.to_batch: {bd['to_batch_s']:.2f} s in {bd['to_batch_calls']} calls "
-          f"({100 * bd['to_batch_s'] / bd['wall_s']:.0f} %); consumer (fetch, decode, poll): "
+    print(f"  columnar.to_arrow: {bd['to_batch_s']:.2f} s in {bd['to_batch_calls']} calls "
+          f"({100 * bd['to_batch_s'] / bd['wall_s']:.0f} %); fetch (requests, waiting): "
           f"{bd['consumer_s']:.2f} s ({100 * bd['consumer_s'] / bd['wall_s']:.0f} %)")
     if bd.get("profile"):
         print(bd["profile"])

@@ -688,3 +688,21 @@ def test_sync_producer(broker, topic_name):
         r = got[(m.partition, m.offset)]
         assert (r.key, r.value, r.headers, r.timestamp) == (f"k{i}".encode(), f"v{i}".encode(), (("h", b"x"),),
                                                            base + i)
+
+
+def test_log_append_time_topic_reports_the_broker_time(broker, topic_name):
+    """A LogAppendTime topic answers Produce with the append time (a datetime in kio):
+    delivery must report it rather than fail inside the sender."""
+    from odradek.client import AsyncAdmin, NewTopic
+
+    async def main():
+        async with AsyncAdmin(broker.bootstrap) as admin:
+            await admin.create_topics([NewTopic(topic_name, 1, configs={"message.timestamp.type": "LogAppendTime"})])
+        async with AsyncProducer(broker.bootstrap) as p:
+            before = int(time.time() * 1000)
+            meta = await asyncio.wait_for(await p.send(topic_name, b"v", timestamp_ms=1000), 10)
+            after = int(time.time() * 1000)
+        assert meta.offset == 0
+        assert before - 1000 <= meta.timestamp <= after + 1000  # the broker's clock, not the 1000 we sent
+
+    asyncio.run(main())

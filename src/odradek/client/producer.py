@@ -335,7 +335,7 @@ class AsyncProducer:
                     self._retry_or_fail(b, KafkaError(ErrorCode.unknown_server_error, f"no answer for {b.tp}",
                                                       retriable=False))
                 elif p.error_code == ErrorCode.none:
-                    self._deliver(b, int(p.base_offset), int(getattr(p, "log_append_time", -1) or -1))
+                    self._deliver(b, int(p.base_offset), getattr(p, "log_append_time", None))
                 else:
                     self._retry_or_fail(b, KafkaError(p.error_code, f"{b.tp}: {getattr(p, 'error_message', None) or ''}"))
         self._wake.set()

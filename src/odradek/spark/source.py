@@ -179,6 +179,7 @@ class OdradekBatchReader(DataSourceReader):
         for t, ps in self.start.items():  # an ending before its start reads nothing there
             for p in ps:
                 self.end.setdefault(t, {})[p] = max(self.end.get(t, {}).get(p, ps[p]), ps[p])
+        view.admin.close()  # planning is done; executors open their own connections
 
     def partitions(self):
         return _partitions(self.o, self.start, self.end)
