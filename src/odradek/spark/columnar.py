@@ -73,18 +73,44 @@ def _record_starts(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _binary(buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
-    n = len(starts)
+    """A binary column of the slices buf[start:start+size] (size -1: null). Short values are
+    gathered; longer ones become Arrow binary views over the payload, cast to binary in C
+    (the gather's index arrays cost about 3 ns a byte, a view 16 bytes a row)."""
     valid = sizes >= 0
     sz = np.where(valid, sizes, 0)
+    if len(sz) and sz.mean() > 32:
+        return _binary_from_views(buf, starts, sz, valid)
+    n = len(starts)
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(sz, out=offsets[1:])
     total = int(offsets[-1])
     data = buf[np.repeat(starts - offsets[:-1], sz) + np.arange(total)] if total else np.zeros(0, np.uint8)
-    if valid.all():
-        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+    return pa.Array.from_buffers(pa.binary(), n, [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=int((~valid).sum()))
+
+
+def _bitmap(valid: np.ndarray):
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _binary_from_views(buf: np.ndarray, starts: np.ndarray, sz: np.ndarray, valid: np.ndarray) -> pa.Array:
+    # Arrow's binary view: int32 length, then 12 inline bytes for values up to 12 bytes,
+    # else a 4-byte prefix, the buffer index and the offset.
+    n = len(starts)
+    sz = sz.astype(np.int32)
+    views = np.zeros((n, 16), np.uint8)
+    v32 = views.view(np.int32)
+    v32[:, 0] = sz
+    short = sz <= 12
+    last = len(buf) - 1
+    for j in range(12):
+        take = (j < sz) & (short | (j < 4))
+        if take.any():
+            views[take, 4 + j] = buf[np.minimum(starts[take] + j, last)]
+    v32[~short, 3] = starts[~short].astype(np.int32)
+    arr = pa.Array.from_buffers(pa.binary_view(), n, [_bitmap(valid), pa.py_buffer(views), pa.py_buffer(buf)],
+                                null_count=int((~valid).sum()))
+    return arr.cast(pa.binary())
 
 
 def _columns(payload: bytes, header, topic: str, partition: int, start: int, end: int) -> pa.RecordBatch | None:
