@@ -103,11 +103,13 @@ class Accumulator:
         if q is not None and not q:
             del self._queues[batch.tp]
 
-    def reenqueue(self, batch: ProducerBatch, retry_at: float = 0.0) -> None:
-        """A retriable failure: the batch goes back to the head of its partition's queue."""
+    def reenqueue(self, batch: ProducerBatch, retry_at: float = 0.0, *, failed: bool = True) -> None:
+        """A retriable failure (or, with `failed=False`, a batch that did not fit in its
+        request): the batch goes back to the head of its partition's queue."""
         self._in_flight.discard(batch.tp)
-        batch.attempts += 1
-        batch.retry_at = retry_at
+        if failed:
+            batch.attempts += 1
+            batch.retry_at = retry_at
         self._queues.setdefault(batch.tp, deque()).appendleft(batch)
 
     def queued(self, tp: TopicPartition) -> list[ProducerBatch]:

@@ -44,7 +44,7 @@ from .errors import (
     KafkaConnectionError,
     KafkaError,
 )
-from .fetcher import ConsumerRecord, Positions
+from .fetcher import ConsumerRecord, Positions, fetch_body
 from .membership import ConsumerGroupMember
 from .net import Client
 from .versions import Api
@@ -190,10 +190,6 @@ class AsyncConsumer:
         tps = [TopicPartition(*tp) for tp in partitions]
         self._mode = "assign" if tps else None
         self.positions.set(tps)
-        self.positions.drop_buffered([tp for tp in list(self._buffered_tps()) if tp not in set(tps)])
-
-    def _buffered_tps(self):
-        return {c.tp for c in self.positions.buffer}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.positions.parts)
@@ -302,7 +298,6 @@ class AsyncConsumer:
             await self._leave_group()
         self._mode = None
         self.positions.set([])
-        self.positions.drop_buffered()
 
     # ------------------------------------------------------------------ poll
 
@@ -410,16 +405,10 @@ class AsyncConsumer:
         t.add_done_callback(self._tasks.discard)
 
     async def _fetch(self, node: int, items: list[tuple[TopicPartition, int, int]]) -> None:
-        topics: dict[str, list[dict]] = {}
-        for tp, offset, epoch in items:
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
-                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": self.max_partition_fetch_bytes})
-        body = {"cluster_id": None, "replica_id": -1, "max_wait": self.fetch_max_wait_ms, "min_bytes": self.fetch_min_bytes,
-                "max_bytes": self.fetch_max_bytes, "isolation_level": self.isolation_level, "session_id": 0,
-                "session_epoch": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-                "forgotten_topics_data": [], "rack_id": self.rack or ""}
         offsets = {tp: offset for tp, offset, _ in items}
+        body = fetch_body(offsets, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
+                          max_bytes=self.fetch_max_bytes, partition_max_bytes=self.max_partition_fetch_bytes,
+                          isolation_level=self.isolation_level, rack=self.rack)
         stale = False
         try:
             resp = await self.client.send(node, Api.FETCH, body,
@@ -579,7 +568,6 @@ class AsyncConsumer:
         if m.fenced:
             lost = set(self.positions.parts)
             self.positions.set([])
-            self.positions.drop_buffered()
             log.info("group %s: member fenced, %d partition(s) lost", self.group_id, len(lost))
             await _call(self.listener.on_partitions_lost, lost)
             m.lost(now=_now())
@@ -594,7 +582,6 @@ class AsyncConsumer:
             for tp in names:  # no more fetching, but position() and commit() still work in the callback
                 if tp in self.positions.parts:
                     self.positions.parts[tp].paused = True
-            self.positions.drop_buffered(names)
             await _call(self.listener.on_partitions_revoked, names)
             self.positions.remove(names)
             m.revoked(revoke, now=_now())
@@ -620,7 +607,6 @@ class AsyncConsumer:
                 await self._commit_positions(owned)
             for tp in owned:
                 self.positions.parts[tp].paused = True
-            self.positions.drop_buffered()
             await _call(self.listener.on_partitions_revoked, owned)
             self.positions.set([])
         m.revoked(m.owned, now=_now())

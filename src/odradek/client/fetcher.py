@@ -57,6 +57,20 @@ class Completed:
     high_watermark: int
 
 
+def fetch_body(offsets: dict[TopicPartition, int], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
+               partition_max_bytes: int, isolation_level: int = 0, rack: str | None = None) -> dict:
+    """A Fetch request (v4-12 fields; no incremental session) for `offsets`, tp -> fetch offset."""
+    topics: dict[str, list[dict]] = {}
+    for tp, offset in offsets.items():
+        topics.setdefault(tp.topic, []).append({
+            "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
+            "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes})
+    return {"cluster_id": None, "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes,
+            "max_bytes": max_bytes, "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [], "rack_id": rack or ""}
+
+
 class Positions:
     def __init__(self) -> None:
         self.parts: dict[TopicPartition, PartitionState] = {}
@@ -69,9 +83,7 @@ class Positions:
 
     def set(self, tps) -> None:
         keep = set(tps)
-        for tp in list(self.parts):
-            if tp not in keep:
-                del self.parts[tp]
+        self.remove([tp for tp in self.parts if tp not in keep])
         for tp in sorted(keep):
             self.parts.setdefault(tp, PartitionState())
 
@@ -80,8 +92,12 @@ class Positions:
             self.parts.setdefault(tp, PartitionState())
 
     def remove(self, tps) -> None:
+        """Forget partitions, and whatever was fetched for them."""
+        tps = set(tps)
         for tp in tps:
             self.parts.pop(tp, None)
+        if tps and self.buffer:
+            self.drop_buffered(tps)
 
     def needing_position(self) -> list[TopicPartition]:
         return [tp for tp, s in self.parts.items() if s.position is None]

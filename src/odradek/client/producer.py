@@ -274,9 +274,7 @@ class AsyncProducer:
                 else:
                     batch.encoded = encode_batch(batch.records, compression=self.compression)
             if by_node.get(node) and sizes[node] + len(batch.encoded) > self.max_request_size:
-                self.acc.reenqueue(batch)
-                batch.attempts -= 1  # not a failure: the request was full
-                batch.retry_at = 0.0
+                self.acc.reenqueue(batch, failed=False)  # the request was full
                 continue
             by_node.setdefault(node, []).append(batch)
             sizes[node] = sizes.get(node, 0) + len(batch.encoded)

@@ -24,6 +24,7 @@ import pyarrow as pa
 from kio.schema.errors import ErrorCode
 
 from odradek.client import KafkaError, TopicPartition
+from odradek.client.fetcher import fetch_body
 from odradek.client.net import Client
 from odradek.client.offsets import EARLIEST, LATEST, list_offsets
 from odradek.client.sync import loop, run
@@ -47,21 +48,23 @@ class _PartitionFetcher:
         self.tp = tp
         self.client = run(_make_client(bootstrap))
 
-    async def fetch(self, offset: int, max_bytes: int):
+    async def fetch(self, offset: int, max_bytes: int) -> tuple[bytes | None, int] | None:
+        """(records, high watermark); None when `offset` is out of range. Other partition
+        errors raise KafkaError (retriable ones are retried by the caller)."""
         tp, client = self.tp, self.client
         node = await client.leader_for(tp)
-        body = {"cluster_id": None, "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": max_bytes,
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": tp.topic, "partitions": [{
-                    "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
-                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
-                "forgotten_topics_data": [], "rack_id": ""}
+        body = fetch_body({tp: offset}, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
+                          partition_max_bytes=max_bytes)
         resp = await client.send(node, Api.FETCH, body)
         for t in resp.responses:
             for p in t.partitions:
                 if t.topic == tp.topic and int(p.partition_index) == tp.partition:
-                    return p.error_code, p.records, int(p.high_watermark), int(p.log_start_offset)
-        return ErrorCode.unknown_topic_or_partition, None, -1, -1
+                    if p.error_code == ErrorCode.offset_out_of_range:
+                        return None
+                    if p.error_code != ErrorCode.none:
+                        raise KafkaError(p.error_code, f"Fetch {tp} at {offset}")
+                    return p.records, int(p.high_watermark)
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Fetch {tp}: no answer for the partition")
 
     def submit(self, offset: int, max_bytes: int):
         return asyncio.run_coroutine_threadsafe(self.fetch(offset, max_bytes), loop())
@@ -86,7 +89,7 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         failures = 0
         while position < end:
             try:
-                code, data, high_watermark, _log_start = pending.result(fetcher.client.request_timeout + 5)
+                answer = pending.result(fetcher.client.request_timeout + 5)
             except KafkaError as exc:
                 if not exc.retriable or failures >= 10:
                     raise
@@ -95,23 +98,14 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                 run(fetcher.client.refresh_metadata([topic]))
                 pending = fetcher.submit(position, max_bytes)
                 continue
-            if code == ErrorCode.offset_out_of_range:
-                # The log's bounds now (a Fetch error need not carry them).
+            if answer is None:  # out of range: the log's bounds now (a Fetch error need not carry them)
                 bounds = run(list_offsets(fetcher.client, {tp: EARLIEST}))[tp].offset, \
                     run(list_offsets(fetcher.client, {tp: LATEST}))[tp].offset
                 position = _skip_lost(tp, position, end, *bounds, fail_on_data_loss)
                 if position < end:
                     pending = fetcher.submit(position, max_bytes)
                 continue
-            if code != ErrorCode.none:
-                err = KafkaError(code, f"Fetch {tp} at {position}")
-                if not err.retriable or failures >= 10:
-                    raise err
-                failures += 1
-                time.sleep(fetcher.client.backoff_for(failures))
-                run(fetcher.client.refresh_metadata([topic]))
-                pending = fetcher.submit(position, max_bytes)
-                continue
+            data, high_watermark = answer
             failures = 0
             # Where the next fetch starts (after the last complete batch), so it is in
             # flight while this one is decoded.
@@ -132,8 +126,6 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                     log.warning("%s; offsets %d..%d are lost (failOnDataLoss=false)", message, position, end - 1)
                     return
                 raise DataLossError(message + (" (records were removed)" if high_watermark < end else ""))
-            elif next_position >= end:
-                break
     finally:
         fetcher.close()
 

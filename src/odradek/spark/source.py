@@ -282,7 +282,9 @@ class _Written(WriterCommitMessage):
         self.records = records
 
 
-class OdradekBatchWriter(DataSourceArrowWriter):
+class _ArrowSink(DataSourceArrowWriter):
+    """What both writers do: check the columns at query start, send each task's rows."""
+
     def __init__(self, options, schema) -> None:
         self.o = parse_sink_options(options)
         self.schema = schema
@@ -292,15 +294,11 @@ class OdradekBatchWriter(DataSourceArrowWriter):
         return _Written(write_batches(self.o, iterator))
 
 
-class OdradekStreamWriter(DataSourceStreamWriter, DataSourceArrowWriter):
-    def __init__(self, options, schema) -> None:
-        self.o = parse_sink_options(options)
-        self.schema = schema
-        _check_sink_schema(self.o, schema)
+class OdradekBatchWriter(_ArrowSink):
+    pass
 
-    def write(self, iterator):
-        return _Written(write_batches(self.o, iterator))
 
+class OdradekStreamWriter(_ArrowSink, DataSourceStreamWriter):
     def commit(self, messages, batchId) -> None:
         pass
 
