@@ -246,21 +246,32 @@ def run_query(spark, meter: Meter, source: str, args, bootstrap: str, rows: int,
     got = sum(int(p.get("numInputRows") or 0) for p in progress)
     trigger_ms = sum(int((p.get("durationMs") or {}).get("triggerExecution") or 0) for p in progress
                      if p.get("numInputRows"))
+    durations: dict[str, int] = {}
+    for p in progress:
+        for k, v in (p.get("durationMs") or {}).items():
+            durations[k] = durations.get(k, 0) + int(v)
     wall = t1 - t0
     ok = finished and error is None and got == rows
     return {"source": source, "tag": tag, "ok": ok, "rows": got, "expected_rows": rows,
             "error": None if error is None else str(error)[:2000], "timed_out": not finished,
             "wall_s": wall, "rows_per_s": got / wall if wall else 0.0,
             "batch_s": trigger_ms / 1000, "batch_rows_per_s": got / (trigger_ms / 1000) if trigger_ms else 0.0,
-            "batches": len([p for p in progress if p.get("numInputRows")]),
+            "batches": len([p for p in progress if p.get("numInputRows")]), "progress_entries": len(progress),
+            "duration_ms": durations,
             "cpu_spark_s": spark1 - spark0, "cpu_driver_s": drv1 - drv0, "cpu_broker_s": brk1 - brk0}
 
 
 def breakdown(bootstrap: str, partition: int, end: int, profile: bool, top: int) -> dict:
     """One partition read in this process exactly as an executor task reads it, with
     columnar.to_arrow timed apart (and, with `profile`, under cProfile)."""
+    from odradek.records.codec import encode_batch
     from odradek.spark import fetch
 
+    # The first decode in a process loads the compiled record loop (numba's disk cache, or
+    # a compile): a once-per-Python-worker cost, timed apart from the read.
+    t = time.perf_counter()
+    fetch.to_arrow(encode_batch([(0, 0, None, b"x")]), TOPIC, partition, 0, 1, False)
+    first_call = time.perf_counter() - t
     spent = {"to_batch": 0.0, "batches": 0}
     original = fetch.to_arrow
 
@@ -289,7 +300,7 @@ def breakdown(bootstrap: str, partition: int, end: int, profile: bool, top: int)
         fetch.to_arrow = original
     out = {"partition": partition, "rows": rows, "wall_s": wall, "cpu_s": cpu, "rows_per_s": rows / wall,
            "to_batch_s": spent["to_batch"], "to_batch_calls": spent["batches"],
-           "consumer_s": wall - spent["to_batch"], "profiled": profile}
+           "consumer_s": wall - spent["to_batch"], "profiled": profile, "first_decode_s": first_call}
     if prof:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(top)
@@ -494,6 +505,7 @@ def print_breakdown(bd: dict) -> None:
     print(f"\n== one partition read in-process (fetch.read_range, as an executor task): {bd['rows']:,} rows ==")
     print(f"  {bd['wall_s']:.2f} s wall, {bd['cpu_s']:.2f} s CPU (this process), {bd['rows_per_s']:,.0f} rows/s"
           + (" (under cProfile)" if bd["profiled"] else ""))
+    print(f"  before it, the process's first decode (loading the compiled record loop): {bd['first_decode_s']:.2f} s")
     print(f"  columnar.to_arrow: {bd['to_batch_s']:.2f} s in {bd['to_batch_calls']} calls "
           f"({100 * bd['to_batch_s'] / bd['wall_s']:.0f} %); fetch (requests, waiting): "
           f"{bd['consumer_s']:.2f} s ({100 * bd['consumer_s'] / bd['wall_s']:.0f} %)")

@@ -77,7 +77,13 @@ class FrameReader:
             if available >= 4 + size:
                 start = self._pos + 4
                 self._pos = start + size
-                return bytes(self._buf[start : self._pos])
+                # One copy: slicing the bytearray first would copy the frame twice (a
+                # 4 MB Fetch response spent more time here than in decoding it).
+                view = memoryview(self._buf)
+                try:
+                    return view[start : self._pos].tobytes()
+                finally:
+                    view.release()
         if self._eof:
             if available:
                 raise RemoteProtocolError(f"connection closed mid-frame ({available} bytes pending)")

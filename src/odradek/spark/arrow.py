@@ -14,7 +14,7 @@ SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset lon
               "timestampType int")
 HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
 
-_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _FIELDS = [
     pa.field("key", pa.binary()),
     pa.field("value", pa.binary()),
@@ -25,7 +25,7 @@ _FIELDS = [
     pa.field("timestampType", pa.int32()),
 ]
 SCHEMA = pa.schema(_FIELDS)
-SCHEMA_WITH_HEADERS = pa.schema([*_FIELDS, pa.field("headers", _HEADER_TYPE)])
+SCHEMA_WITH_HEADERS = pa.schema([*_FIELDS, pa.field("headers", HEADER_TYPE)])
 
 
 def ddl(include_headers: bool) -> str:
@@ -49,6 +49,6 @@ def to_batch(records, include_headers: bool) -> pa.RecordBatch:
         pa.array([r.timestamp_type for r in records], pa.int32()),
     ]
     if include_headers:
-        cols.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records], _HEADER_TYPE))
+        cols.append(pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADER_TYPE))
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA_WITH_HEADERS)
     return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)

@@ -2,13 +2,12 @@
 
 Theory of operation: per-record Python objects are what made the executor slow (decoding
 into Records, then ConsumerRecords, then lists for `pa.array`: about 3 µs a row, against
-Spark's own 1.4). Here each RecordBatch v2 payload is decompressed once (`codec._batches`),
-then a short Python loop finds where each record starts (its length varint; everything
-after it has a fixed order), and numpy reads the remaining varints of all records at once:
-timestamp delta, offset delta, key length, value length. Keys and values become Arrow
-binary columns by one gather from the payload. Rows outside `[start, end)` are masked out.
-Headers need per-record work, so with `includeHeaders` a batch goes through the record
-decoder (`arrow.to_batch`) instead. Control batches (transaction markers) are skipped.
+Spark's own 1.4). Here each RecordBatch v2 payload of a Fetch response is decompressed
+once (`codec._batches`), and the compiled `recordscan.scan` walks its records, writing the
+rows of `[start, end)` of all the response's batches into one set of column buffers:
+offsets, timestamps, and keys, values (and headers) in Arrow's binary layout. Python then
+wraps those buffers as one RecordBatch. Control batches (transaction markers) are skipped;
+batches wholly before `start` are skipped unread.
 """
 
 from __future__ import annotations
@@ -17,171 +16,105 @@ import numpy as np
 import pyarrow as pa
 
 from odradek.records.batch import TIMESTAMP_TYPE_MASK
-from odradek.records.codec import (
-    CONTROL_MASK,
-    CodecError,
-    _batches,
-    _read_varint,
-    decode_batches,
-)
+from odradek.records.codec import CONTROL_MASK, CodecError, _batches
 
-from .arrow import SCHEMA, SCHEMA_WITH_HEADERS, to_batch
+from .arrow import HEADER_TYPE, SCHEMA, SCHEMA_WITH_HEADERS
 
-_U7F = np.uint64(0x7F)
-_U80 = np.uint64(0x80)
-
-
-def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zigzag varints starting at every position of `pos`: (values, positions after them).
-    Whole-array steps, one per varint byte (one or two for most fields)."""
-    val = np.zeros(len(pos), np.uint64)
-    p = pos.copy()
-    done = np.zeros(len(pos), bool)
-    for i in range(10):
-        b = buf[p].astype(np.uint64)
-        val |= np.where(done, np.uint64(0), (b & _U7F) << np.uint64(7 * i))
-        p += ~done
-        done |= (b & _U80) == 0
-        if done.all():
-            break
-    return (val >> np.uint64(1)).astype(np.int64) ^ -(val & np.uint64(1)).astype(np.int64), p
-
-
-def _record_starts(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Body start and length of each record: the one sequential step."""
-    body: list[int] = []
-    lens: list[int] = []
-    add_body, add_len = body.append, lens.append
-    pos = 0
-    for _ in range(count):
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            z = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (z >> 1) ^ -(z & 1)
-            pos += 2
-        else:
-            length, pos = _read_varint(data, pos)
-        add_body(pos)
-        add_len(length)
-        pos += length
-    if pos != len(data):
-        raise CodecError(f"records end at byte {pos} of a {len(data)}-byte payload")
-    return np.array(body, np.int64), np.array(lens, np.int64)
-
-
-def _binary(buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
-    """A binary column of the slices buf[start:start+size] (size -1: null). Short values are
-    gathered; longer ones become Arrow binary views over the payload, cast to binary in C
-    (the gather's index arrays cost about 3 ns a byte, a view 16 bytes a row)."""
-    valid = sizes >= 0
-    sz = np.where(valid, sizes, 0)
-    if len(sz) and sz.mean() > 32:
-        return _binary_from_views(buf, starts, sz, valid)
-    n = len(starts)
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(sz, out=offsets[1:])
-    total = int(offsets[-1])
-    data = buf[np.repeat(starts - offsets[:-1], sz) + np.arange(total)] if total else np.zeros(0, np.uint8)
-    return pa.Array.from_buffers(pa.binary(), n, [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=int((~valid).sum()))
-
-
-def _bitmap(valid: np.ndarray):
-    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-
-def _binary_from_views(buf: np.ndarray, starts: np.ndarray, sz: np.ndarray, valid: np.ndarray) -> pa.Array:
-    # Arrow's binary view: int32 length, then 12 inline bytes for values up to 12 bytes,
-    # else a 4-byte prefix, the buffer index and the offset.
-    n = len(starts)
-    sz = sz.astype(np.int32)
-    views = np.zeros((n, 16), np.uint8)
-    v32 = views.view(np.int32)
-    v32[:, 0] = sz
-    short = sz <= 12
-    last = len(buf) - 1
-    for j in range(12):
-        take = (j < sz) & (short | (j < 4))
-        if take.any():
-            views[take, 4 + j] = buf[np.minimum(starts[take] + j, last)]
-    v32[~short, 3] = starts[~short].astype(np.int32)
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [_bitmap(valid), pa.py_buffer(views), pa.py_buffer(buf)],
-                                null_count=int((~valid).sum()))
-    return arr.cast(pa.binary())
-
-
-def _columns(payload: bytes, header, topic: str, partition: int, start: int, end: int) -> pa.RecordBatch | None:
-    count = header.records_count
-    if count == 0:
-        return None
-    buf = np.frombuffer(payload, np.uint8)
-    body, lens = _record_starts(payload, count)
-    ts_delta, p = _varints(buf, body + 1)  # + 1: the record attributes byte
-    off_delta, p = _varints(buf, p)
-    klen, p = _varints(buf, p)
-    kstart = p
-    p = p + np.maximum(klen, 0)
-    vlen, p = _varints(buf, p)
-    vstart = p
-    if (vstart + np.maximum(vlen, 0) > body + lens).any():
-        raise CodecError("a record's key or value runs past the record")
-    offsets = off_delta + header.base_offset
-    keep = (offsets >= start) & (offsets < end)
-    if not keep.any():
-        return None
-    if header.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record has the batch's time
-        stamps, ts_type = np.full(count, header.max_timestamp, np.int64), 1
-    else:
-        stamps, ts_type = ts_delta + header.base_timestamp, 0
-    n = count
-    cols = [
-        _binary(buf, kstart, klen),
-        _binary(buf, vstart, vlen),
-        pa.array([topic], pa.string()).take(np.zeros(n, np.int32)),
-        pa.array(np.full(n, partition, np.int32)),
-        pa.array(offsets),
-        pa.array(stamps * 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(np.full(n, ts_type, np.int32)),
-    ]
-    batch = pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
-    return batch if keep.all() else batch.filter(pa.array(keep))
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_MIN_RECORD = 7  # length varint + attributes, timestamp, offset, key, value, header count
+_MIN_HEADER = 2  # key length, value length
 
 
 def to_arrow(data: bytes, topic: str, partition: int, start: int, end: int, include_headers: bool
              ) -> pa.RecordBatch | None:
     """The rows of `[start, end)` in a Fetch response's records, as one RecordBatch (None if none)."""
-    out = []
+    # Imported here, not at the top: numba takes 0.15-0.3 s to import, and the driver-side
+    # Python processes that import this package (planning, the streaming source) never decode.
+    from . import recordscan
+
+    parts = []
     for pos, header, payload in _batches(data):
         if header.attributes & CONTROL_MASK or header.base_offset + header.last_offset_delta < start:
             continue
         if header.base_offset >= end:
             break
-        if include_headers:
-            one = decode_batches(data[pos: pos + header.batch_length + 12])[0]
-            records = [_Row(topic, partition, r, one.timestamp_type) for r in one.records if start <= r.offset < end]
-            if records:
-                out.append(to_batch(records, True))
-            continue
-        b = _columns(bytes(payload), header, topic, partition, start, end)
-        if b is not None:
-            out.append(b)
-    if not out:
+        if header.records_count * _MIN_RECORD > len(payload):
+            raise CodecError(f"batch at byte {pos} declares {header.records_count} records in {len(payload)} bytes")
+        if header.records_count:
+            parts.append((pos, header, np.frombuffer(payload, np.uint8)))
+    if not parts:
         return None
-    if len(out) == 1:
-        return out[0]
-    return pa.Table.from_batches(out, schema=SCHEMA_WITH_HEADERS if include_headers else SCHEMA
-                                 ).combine_chunks().to_batches()[0]
+    rows = sum(h.records_count for _, h, _ in parts)
+    room = sum(len(p) for _, _, p in parts)
+    heads = room // _MIN_HEADER if include_headers else 0
+    c = _Columns(rows, room, heads, include_headers)
+    n = hn = 0
+    for pos, header, buf in parts:
+        fixed = bool(header.attributes & TIMESTAMP_TYPE_MASK)  # LogAppendTime: the batch's time for every record
+        first = n
+        n, hn = recordscan.scan(
+            buf, header.records_count, header.base_offset, header.max_timestamp if fixed else header.base_timestamp,
+            fixed, start, end, include_headers, n, c.offsets, c.stamps, c.key_off, c.key_valid, c.key_data,
+            c.value_off, c.value_valid, c.value_data, c.header_count, hn, c.hkey_off, c.hkey_data, c.hvalue_off,
+            c.hvalue_valid, c.hvalue_data)
+        if n == recordscan.ERROR:
+            raise CodecError(f"record {hn} of batch at byte {pos} overruns its batch or is malformed")
+        c.types[first:n] = int(fixed)
+    return c.batch(n, hn, topic, partition) if n else None
 
 
-class _Row:
-    """What arrow.to_batch reads from a record (the fields of client.ConsumerRecord)."""
+class _Columns:
+    """Output buffers for up to `rows` rows, `room` key (and value) bytes and `heads` headers."""
 
-    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "timestamp_type", "topic", "value")
+    def __init__(self, rows: int, room: int, heads: int, include_headers: bool) -> None:
+        self.include_headers = include_headers
+        self.offsets = np.empty(rows, np.int64)
+        self.stamps = np.empty(rows, np.int64)
+        self.types = np.empty(rows, np.int32)
+        self.key_off, self.key_valid, self.key_data = _binary_buffers(rows, room)
+        self.value_off, self.value_valid, self.value_data = _binary_buffers(rows, room)
+        self.header_count = np.empty(rows if include_headers else 0, np.int32)
+        self.hkey_off, _, self.hkey_data = _binary_buffers(heads, room if include_headers else 0)
+        self.hvalue_off, self.hvalue_valid, self.hvalue_data = _binary_buffers(heads, room if include_headers else 0)
 
-    def __init__(self, topic: str, partition: int, r, ts_type: int) -> None:
-        self.topic, self.partition, self.offset, self.timestamp = topic, partition, r.offset, r.timestamp
-        self.timestamp_type, self.key, self.value = ts_type, r.key, r.value
-        self.headers = tuple((h.key, h.value) for h in r.headers)
+    def batch(self, n: int, hn: int, topic: str, partition: int) -> pa.RecordBatch:
+        cols = [
+            _binary(n, self.key_off, self.key_valid, self.key_data),
+            _binary(n, self.value_off, self.value_valid, self.value_data),
+            pa.array([topic], pa.string()).take(np.zeros(n, np.int32)),
+            pa.array(np.full(n, partition, np.int32)),
+            pa.array(self.offsets[:n]),
+            pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(self.stamps[:n])]),
+            pa.array(self.types[:n]),
+        ]
+        if not self.include_headers:
+            return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+        keys = _binary(hn, self.hkey_off, None, self.hkey_data)
+        try:
+            keys = keys.cast(pa.string())  # Kafka header keys are UTF-8 strings
+        except pa.ArrowInvalid as exc:
+            raise CodecError(f"a record header key is not UTF-8: {exc}") from None
+        values = _binary(hn, self.hvalue_off, self.hvalue_valid, self.hvalue_data)
+        entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE.value_type))
+        list_off = np.zeros(n + 1, np.int32)
+        np.cumsum(self.header_count[:n], out=list_off[1:])
+        cols.append(pa.ListArray.from_arrays(pa.array(list_off), entries, type=HEADER_TYPE))
+        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA_WITH_HEADERS)
+
+
+def _binary_buffers(rows: int, room: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    off = np.empty(rows + 1, np.int32)
+    off[0] = 0
+    return off, np.empty(rows, np.bool_), np.empty(room, np.uint8)
+
+
+def _binary(n: int, off: np.ndarray, valid: np.ndarray | None, data: np.ndarray) -> pa.Array:
+    """The first `n` entries as an Arrow binary array over the buffers (no copy)."""
+    bitmap, nulls = None, 0
+    if valid is not None:
+        v = valid[:n]
+        nulls = n - int(np.count_nonzero(v))
+        if nulls:
+            bitmap = pa.py_buffer(np.packbits(v, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(off[: n + 1]),
+                                                  pa.py_buffer(data[: off[n]])], null_count=nulls)
