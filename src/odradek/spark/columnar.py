@@ -55,7 +55,7 @@ def to_arrow(data: bytes, topic: str, partition: int, start: int, end: int, incl
         n, hn = recordscan.scan(
             buf, header.records_count, header.base_offset, header.max_timestamp if fixed else header.base_timestamp,
             fixed, start, end, include_headers, n, c.offsets, c.stamps, c.key_off, c.key_valid, c.key_data,
-            c.value_off, c.value_valid, c.value_data, c.header_count, hn, c.hkey_off, c.hkey_data, c.hvalue_off,
+            c.value_off, c.value_valid, c.value_data, c.header_count, hn, c.hkey_off, c.hkey_valid, c.hkey_data, c.hvalue_off,
             c.hvalue_valid, c.hvalue_data)
         if n == recordscan.ERROR:
             raise CodecError(f"record {hn} of batch at byte {pos} overruns its batch or is malformed")
@@ -74,7 +74,7 @@ class _Columns:
         self.key_off, self.key_valid, self.key_data = _binary_buffers(rows, room)
         self.value_off, self.value_valid, self.value_data = _binary_buffers(rows, room)
         self.header_count = np.empty(rows if include_headers else 0, np.int32)
-        self.hkey_off, _, self.hkey_data = _binary_buffers(heads, room if include_headers else 0)
+        self.hkey_off, self.hkey_valid, self.hkey_data = _binary_buffers(heads, room if include_headers else 0)
         self.hvalue_off, self.hvalue_valid, self.hvalue_data = _binary_buffers(heads, room if include_headers else 0)
 
     def batch(self, n: int, hn: int, topic: str, partition: int) -> pa.RecordBatch:

@@ -47,14 +47,21 @@ def _varint(buf, pos, limit):
 
 
 @njit(cache=True, nogil=True)
-def _copy(buf, start, size, data, at):
-    data[at:at + size] = buf[start:start + size]
+def _put(buf, start, size, off, valid, data, i):
+    """Entry i of a binary column (offsets, validity, data): buf[start:start+size], or null
+    when size < 0."""
+    at = off[i]
+    valid[i] = size >= 0
+    if size > 0:
+        data[at:at + size] = buf[start:start + size]
+        at += size
+    off[i + 1] = at
 
 
 @njit(cache=True, nogil=True)
 def scan(buf, count, base_offset, ts_base, ts_fixed, start, end, with_headers,
          n, offsets, stamps, key_off, key_valid, key_data, value_off, value_valid, value_data,
-         header_count, hn, hkey_off, hkey_data, hvalue_off, hvalue_valid, hvalue_data):
+         header_count, hn, hkey_off, hkey_valid, hkey_data, hvalue_off, hvalue_valid, hvalue_data):
     """Append the records of one payload (`count` records) that fall in `[start, end)`.
 
     Rows are written from index `n` and headers from index `hn` (offset arrays one past);
@@ -89,18 +96,8 @@ def scan(buf, count, base_offset, ts_base, ts_fixed, start, end, with_headers,
         if start <= offset < end:
             offsets[n] = offset
             stamps[n] = (ts_base if ts_fixed else ts_base + ts_delta) * 1000
-            at = key_off[n]
-            key_valid[n] = klen >= 0
-            if klen > 0:
-                _copy(buf, kstart, klen, key_data, at)
-                at += klen
-            key_off[n + 1] = at
-            at = value_off[n]
-            value_valid[n] = vlen >= 0
-            if vlen > 0:
-                _copy(buf, vstart, vlen, value_data, at)
-                at += vlen
-            value_off[n + 1] = at
+            _put(buf, kstart, klen, key_off, key_valid, key_data, n)
+            _put(buf, vstart, vlen, value_off, value_valid, value_data, n)
             if with_headers:
                 headers, pos = _varint(buf, pos, rend)
                 if pos < 0 or headers < 0:
@@ -109,19 +106,12 @@ def scan(buf, count, base_offset, ts_base, ts_fixed, start, end, with_headers,
                     hk, pos = _varint(buf, pos, rend)
                     if pos < 0 or hk < 0 or pos + hk > rend:
                         return ERROR, i
-                    at = hkey_off[hn]
-                    _copy(buf, pos, hk, hkey_data, at)
-                    hkey_off[hn + 1] = at + hk
+                    _put(buf, pos, hk, hkey_off, hkey_valid, hkey_data, hn)
                     pos += hk
                     hv, pos = _varint(buf, pos, rend)
                     if pos < 0 or pos + max(hv, 0) > rend:
                         return ERROR, i
-                    at = hvalue_off[hn]
-                    hvalue_valid[hn] = hv >= 0
-                    if hv > 0:
-                        _copy(buf, pos, hv, hvalue_data, at)
-                        at += hv
-                    hvalue_off[hn + 1] = at
+                    _put(buf, pos, hv, hvalue_off, hvalue_valid, hvalue_data, hn)
                     pos += max(hv, 0)
                     hn += 1
                 header_count[n] = headers
