@@ -236,8 +236,18 @@ def test_static_leader_skips_assignment():
     expect(m, 0, JOIN_GROUP)
     m.on_response(JOIN_GROUP, join_resp(member_id="m1", generation=GEN, leader="m1", skip=True,
                                         members=[("m1", "i1", sub(["a"]))]), 0)
+    # It still watches the group's topics, from the partition counts of the rejoin on.
+    assert m.needs_metadata == ["a"]
+    m.set_metadata({"a": 3}, 0)
     assert m.needs_metadata is None
     assert expect(m, 0, SYNC_GROUP)["assignments"] == []
+    m.on_response(SYNC_GROUP, sync_resp(assignment={"a": [0, 1, 2]}), 0)
+    m.assigned(m.to_assign(), now=0)
+    assert m.state is State.STABLE
+    m.set_metadata({"a": 3}, 1)
+    assert m.state is State.STABLE
+    m.set_metadata({"a": 5}, 2)  # partitions added after the rejoin: the leader rejoins
+    assert m.state is State.PREPARING
 
 
 def test_member_left_out_by_the_leader_gets_nothing():

@@ -140,6 +140,21 @@ def test_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout
     assert c.cheartbeat(member=a, generation=gen) == REBALANCE_IN_PROGRESS
     c.advance(25_000)  # ...but the 30 s rebalance timeout to rejoin ran out
     assert a not in c.group().members
+    # Coming back under its old id it is refused, so the client drops what it still
+    # believes it owns (onPartitionsLost) instead of revoking and committing it.
+    j = c.join(member=a, protocols=_sub(owned=[0, 1]), version=5)
+    assert j[0]["error_code"] == UNKNOWN_MEMBER_ID
+    assert a not in c.group().members
+
+
+def test_a_classic_join_to_a_consumer_group_needs_an_id_it_was_given():
+    c = _coord()
+    c.hb(member="C", epoch=0, topics=("foo",))
+    assert c.join(member="made-up", protocols=_sub(), version=5)[0]["error_code"] == UNKNOWN_MEMBER_ID
+    assert c.join(member="C", protocols=_sub(), version=5)[0]["error_code"] == UNKNOWN_MEMBER_ID  # not classic
+    mid = c.join(protocols=_sub(), version=5)[0]["member_id"]  # MEMBER_ID_REQUIRED hands one out
+    assert c.join(member=mid, protocols=_sub(), version=5)[0]["error_code"] == NONE
+    assert c.group().members[mid].classic is not None
 
 
 def test_new_classic_member_joins_a_consumer_group():
@@ -285,3 +300,21 @@ def test_a_classic_static_member_replacing_the_last_consumer_member_downgrades_w
     snap = c.snapshot()
     c.restart()
     assert c.snapshot() == snap
+
+
+def test_no_upgrade_while_a_cooperative_member_is_still_revoking():
+    c = _coord()
+    a, b, gen = _classic_pair(c)
+    # A rejoins with new metadata (it owns foo-0,1): a rebalance; B rejoins too.
+    ja = c.join(member=a, protocols=_sub([0, 1]), version=3)
+    jb = c.join(member=b, protocols=_sub([2, 3]), version=3)
+    assert ja and jb and ja[0]["generation_id"] == jb[0]["generation_id"] == gen + 1
+    leader, follower = (a, b) if ja[0]["leader"] == a else (b, a)
+    c.sync(member=follower, generation=gen + 1)
+    # The cooperative leader moves foo-1 in two steps: A keeps foo-0 now and revokes foo-1.
+    c.sync(member=leader, generation=gen + 1, assignments=(
+        (a, encode_assignment({"foo": [0]})), (b, encode_assignment({"foo": [2, 3]}))))
+    assert c.classic().state is ClassicState.STABLE
+    r = c.hb(member="C", epoch=0, topics=("foo",))
+    assert r["error_code"] == GROUP_ID_NOT_FOUND and "still revoking" in r["error_message"]
+    assert c.classic() is not None and c.group() is None

@@ -192,6 +192,7 @@ class ClassicGroupMember:
         self._versions: dict[str, int] = {}  # leader: each member's subscription version
         self._assignments: list[dict] = []  # the SyncGroup assignments to send
         self._metadata_snapshot: dict[str, int] | None = None  # leader: counts the assignment used
+        self._skipped = False  # KIP-814: this generation's assignment was kept, not computed
         self._hb_identity: tuple[int, str] | None = None  # (generation, member id) of the heartbeat in flight
 
     # ------------------------------------------------------------------ inputs from the app
@@ -256,6 +257,9 @@ class ClassicGroupMember:
         if self.state is S.ASSIGNING:
             self._assign(counts, now)
             return
+        if self.state is S.SYNCING and self._skipped and self._metadata_snapshot is None:
+            self._metadata_snapshot = counts  # KIP-814: the baseline of the kept assignment
+            return
         if not self.is_leader or self.state not in (S.STABLE, S.RECONCILING):
             return
         if self._metadata_snapshot is None:
@@ -268,7 +272,9 @@ class ClassicGroupMember:
     @property
     def needs_metadata(self) -> list[str] | None:
         """Topics whose partition counts the leader needs before it can assign."""
-        return sorted(self.group_topics) if self.state is S.ASSIGNING else None
+        if self.state is S.ASSIGNING or (self.state is S.SYNCING and self._skipped and self._metadata_snapshot is None):
+            return sorted(self.group_topics)
+        return None
 
     def to_revoke(self) -> frozenset[TopicPartition]:
         if self.state is S.PREPARING:
@@ -460,9 +466,13 @@ class ClassicGroupMember:
             self._subscriptions.append(MemberSubscription(m.member_id, getattr(m, "group_instance_id", None),
                                                           tuple(topics), owned, generation))
         self.group_topics = frozenset(t for s in self._subscriptions for t in s.topics)
-        if getattr(resp, "skip_assignment", False):
+        self._skipped = bool(getattr(resp, "skip_assignment", False))
+        if self._skipped:
             # KIP-814: a static leader rejoining a stable group keeps the stored assignment;
-            # it only starts watching the group's topics again.
+            # it only watches the group's topics again, from the partition counts of now
+            # (Java takes assignmentSnapshot = metadataSnapshot here): `needs_metadata` asks
+            # the driver for them before the SyncGroup. Taking them later, at the first
+            # metadata refresh, missed partitions added in between (simulator, seed 399).
             self._to(S.SYNCING)
         elif not self.group_topics:
             self._to(S.ASSIGNING)

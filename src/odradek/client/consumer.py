@@ -119,6 +119,7 @@ class AsyncConsumer:
                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
         self._own_client = client is None
         self.positions = Positions()
+        self._assigned_names: dict = {}  # (topic id, partition) -> its name when assigned (KIP-848 members)
         self.member: Any = None  # ConsumerGroupMember or classic.ClassicGroupMember
         self.listener: RebalanceListener = RebalanceListener()
         self._mode: str | None = None  # "assign" | "subscribe"
@@ -557,10 +558,13 @@ class AsyncConsumer:
         return {p for p in parts if p[0] in by_id}
 
     def _names(self, parts) -> set[TopicPartition]:
+        """Names of the member's (topic id, partition) pairs: the name each had when it was
+        assigned, so a topic deleted (and perhaps recreated under the same name) since is
+        still revoked under the name its position is kept by."""
         if self.group_protocol == "classic":
             return set(parts)
         by_id = self.client.cluster.by_id
-        return {TopicPartition(by_id[tid], p) for tid, p in parts}
+        return {self._assigned_names.get((tid, p)) or TopicPartition(by_id.get(tid, str(tid)), p) for tid, p in parts}
 
     async def _reconcile(self) -> None:
         """Run what the member needs from the application: lost, revoke, then assign."""
@@ -568,6 +572,7 @@ class AsyncConsumer:
         if m.fenced:
             lost = set(self.positions.parts)
             self.positions.set([])
+            self._assigned_names.clear()
             log.info("group %s: member fenced, %d partition(s) lost", self.group_id, len(lost))
             await _call(self.listener.on_partitions_lost, lost)
             m.lost(now=_now())
@@ -575,8 +580,7 @@ class AsyncConsumer:
             return
         revoke = m.to_revoke()
         if revoke:
-            names = self._names(revoke) if self.group_protocol == "classic" else \
-                {TopicPartition(self.client.cluster.by_id.get(t, str(t)), p) for t, p in revoke}
+            names = self._names(revoke)
             if self.auto_commit:
                 await self._commit_positions(names)  # commit before acknowledging the revocation
             for tp in names:  # no more fetching, but position() and commit() still work in the callback
@@ -584,6 +588,8 @@ class AsyncConsumer:
                     self.positions.parts[tp].paused = True
             await _call(self.listener.on_partitions_revoked, names)
             self.positions.remove(names)
+            for tp in revoke:
+                self._assigned_names.pop(tp, None)
             m.revoked(revoke, now=_now())
             self._group_wake.set()
         assign = m.to_assign()
@@ -594,6 +600,10 @@ class AsyncConsumer:
                 ready = self._resolvable(assign)
             if ready:
                 names = self._names(ready)
+                if self.group_protocol != "classic":
+                    by_id = self.client.cluster.by_id
+                    for tid, p in ready:
+                        self._assigned_names[(tid, p)] = TopicPartition(by_id[tid], p)
                 self.positions.add(names)
                 await _call(self.listener.on_partitions_assigned, names)
                 m.assigned(ready, now=_now())
@@ -609,6 +619,7 @@ class AsyncConsumer:
                 self.positions.parts[tp].paused = True
             await _call(self.listener.on_partitions_revoked, owned)
             self.positions.set([])
+        self._assigned_names.clear()
         m.revoked(m.owned, now=_now())
         m.leave(now=_now())
         self._group_wake.set()

@@ -84,15 +84,21 @@ async def list_offsets(client: Client, request: dict[TopicPartition, int], *,
     return result
 
 
+def fetch_committed_body(group_id: str, tps: list[TopicPartition] | None, *, require_stable: bool = False) -> dict:
+    """The OffsetFetch (v1-v7) request body (also what the simulator's members send)."""
+    topics = None if tps is None else [{"name": t, "partition_indexes": [p for p, _ in ps]}
+                                       for t, ps in _by_topic((tp, None) for tp in tps).items()]
+    return {"group_id": group_id, "topics": topics, "require_stable": require_stable}
+
+
 async def fetch_committed(client: Client, group_id: str, tps: list[TopicPartition] | None = None, *,
                           require_stable: bool = False) -> dict[TopicPartition, OffsetAndMetadata]:
     """Committed offsets of a group (every partition it has offsets for when `tps` is None)."""
 
+    body = fetch_committed_body(group_id, tps, require_stable=require_stable)
+
     async def attempt():
         node = await client.coordinator(group_id)
-        topics = None if tps is None else [{"name": t, "partition_indexes": [p for p, _ in ps]}
-                                           for t, ps in _by_topic((tp, None) for tp in tps).items()]
-        body = {"group_id": group_id, "topics": topics, "require_stable": require_stable}
         resp = await client.send(node, Api.OFFSET_FETCH, body)
         if getattr(resp, "error_code", ErrorCode.none) != ErrorCode.none:
             if resp.error_code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
@@ -111,6 +117,19 @@ async def fetch_committed(client: Client, group_id: str, tps: list[TopicPartitio
     return await client.call(attempt)
 
 
+def commit_body(group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata | int], *, generation: int = -1,
+                member_id: str = "", instance_id: str | None = None) -> dict:
+    """The OffsetCommit request body (also what the simulator's members send)."""
+    topics = [{"name": t, "partitions": [
+        {"partition_index": p, "committed_offset": o.offset if isinstance(o, OffsetAndMetadata) else int(o),
+         "committed_leader_epoch": o.leader_epoch if isinstance(o, OffsetAndMetadata) else -1,
+         "commit_timestamp": -1,
+         "committed_metadata": o.metadata if isinstance(o, OffsetAndMetadata) else ""} for p, o in ps]}
+        for t, ps in _by_topic(offsets.items()).items()]
+    return {"group_id": group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
+            "group_instance_id": instance_id, "retention_time_ms": -1, "topics": topics}
+
+
 async def commit(client: Client, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata | int], *,
                  generation: int = -1, member_id: str = "", instance_id: str | None = None,
                  retries: int | None = None) -> None:
@@ -119,16 +138,10 @@ async def commit(client: Client, group_id: str, offsets: dict[TopicPartition, Of
     if not offsets:
         return
 
+    body = commit_body(group_id, offsets, generation=generation, member_id=member_id, instance_id=instance_id)
+
     async def attempt():
         node = await client.coordinator(group_id)
-        topics = [{"name": t, "partitions": [
-            {"partition_index": p, "committed_offset": o.offset if isinstance(o, OffsetAndMetadata) else int(o),
-             "committed_leader_epoch": o.leader_epoch if isinstance(o, OffsetAndMetadata) else -1,
-             "commit_timestamp": -1,
-             "committed_metadata": o.metadata if isinstance(o, OffsetAndMetadata) else ""} for p, o in ps]}
-            for t, ps in _by_topic(offsets.items()).items()]
-        body = {"group_id": group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
-                "group_instance_id": instance_id, "retention_time_ms": -1, "topics": topics}
         resp = await client.send(node, Api.OFFSET_COMMIT, body)
         for t in resp.topics:
             for p in t.partitions:

@@ -135,6 +135,15 @@ def _conversion_records(shard: Shard, classic: ClassicGroup, now_ms: int) -> lis
                 raise RecordError(f"member {m.member_id} has no assignment yet (the group is between "
                                   "generations); retry once its rebalance completes")
             assigned = _names_to_ids(shard, decode_assignment(m.assignment))
+            owned = _names_to_ids(shard, sub.owned)
+            if any(ps - assigned.get(t, frozenset()) for t, ps in owned.items()):
+                # KIP-429: a cooperative member revokes what its new assignment lacks after the
+                # SyncGroup, then rejoins; until then it still consumes those partitions. The
+                # conversion takes the assignment as what a member holds, so the consumer group
+                # would hand them on at once (the simulator caught a second owner committing
+                # behind the first, seed 13). Kafka's fromClassicGroup has the same gap.
+                raise RecordError(f"member {m.member_id} is still revoking partitions (a cooperative rebalance "
+                                  "is under way); retry once it completes")
             members.append(ConsumerMember(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=sub.rack_id, client_id=m.client_id,
                 client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
@@ -181,6 +190,7 @@ def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now
     if not mid:
         mid = shard.new_member_id()
         if req.instance_id is None and req.version >= 4:
+            group.pending_classic.add(mid)  # KIP-394: the id it must come back with
             return _join_error(shard, reply, MEMBER_ID_REQUIRED, mid)
     elif req.instance_id is not None:
         static = group.member_by_instance(req.instance_id)
@@ -188,6 +198,18 @@ def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now
             return _join_error(shard, reply, UNKNOWN_MEMBER_ID, mid)
         if static.member_id != mid:
             return _join_error(shard, reply, FENCED_INSTANCE_ID, mid)
+    elif mid in group.pending_classic:
+        group.pending_classic.discard(mid)
+    elif mid not in group.members or group.members[mid].classic is None:
+        # A dynamic member's id must be one we handed out (MEMBER_ID_REQUIRED) or name a
+        # classic member still in the group, as a classic group requires. An expired member
+        # must not come back under its old id: it still believes it owns its old
+        # partitions, and the client drops them (onPartitionsLost, no commit) only on
+        # UNKNOWN_MEMBER_ID. Accepted, it revoked them after its new SyncGroup and its
+        # revocation commit, at an epoch KIP-1251 accepts for partitions a member does not
+        # hold, overwrote the current owner's offsets (simulator, seed 22). Kafka's
+        # classicGroupJoinToConsumerGroup creates the member instead; see SIMULATION.md.
+        return _join_error(shard, reply, UNKNOWN_MEMBER_ID, mid)
     try:
         sub = decode_subscription(req.protocols[0][1])
     except RecordError as exc:

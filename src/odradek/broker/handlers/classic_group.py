@@ -33,12 +33,12 @@ def _run_parked(broker, group_id: str, op) -> asyncio.Future:
     return fut
 
 
-@api(11, "JoinGroup", 0, 9)
-async def join_group(broker, request):
+def join_request(request) -> JoinRequest:
+    """The coordinator's view of a JoinGroup (shared with the simulator, which parks it itself)."""
     b = request.body
     v = request.api_version
     session = _ms(b.session_timeout)
-    req = JoinRequest(
+    return JoinRequest(
         group_id=b.group_id, member_id=b.member_id, session_timeout_ms=session,
         # v0 has no rebalance timeout: the session timeout served as both.
         rebalance_timeout_ms=_ms(b.rebalance_timeout) if v >= 1 else session,
@@ -46,24 +46,37 @@ async def join_group(broker, request):
         instance_id=request.field("group_instance_id"), client_id=request.client_id or "",
         client_host=request.client_host, reason=request.field("reason"), version=v,
     )
-    if req.reason:  # KIP-800: clients say why they (re)join; Kafka logs it with the rebalance
-        log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
-    response = await _run_parked(broker, b.group_id, lambda shard, reply, now: join(shard, req, reply, now))
-    if v < 7:  # protocol_name became nullable in v7
+
+
+def join_response(request, response: dict) -> dict:
+    if request.api_version < 7:  # protocol_name became nullable in v7
         response = {**response, "protocol_name": response["protocol_name"] or ""}
     return {"throttle_time": 0, **response}
 
 
-@api(14, "SyncGroup", 0, 5)
-async def sync_group(broker, request):
+def sync_request(request) -> SyncRequest:
     b = request.body
-    req = SyncRequest(
+    return SyncRequest(
         group_id=b.group_id, member_id=b.member_id, generation=b.generation_id,
         instance_id=request.field("group_instance_id"), protocol_type=request.field("protocol_type"),
         protocol_name=request.field("protocol_name"),
         assignments=tuple((a.member_id, a.assignment) for a in b.assignments),
     )
-    response = await _run_parked(broker, b.group_id, lambda shard, reply, now: sync(shard, req, reply, now))
+
+
+@api(11, "JoinGroup", 0, 9)
+async def join_group(broker, request):
+    req = join_request(request)
+    if req.reason:  # KIP-800: clients say why they (re)join; Kafka logs it with the rebalance
+        log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
+    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: join(shard, req, reply, now))
+    return join_response(request, response)
+
+
+@api(14, "SyncGroup", 0, 5)
+async def sync_group(broker, request):
+    req = sync_request(request)
+    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: sync(shard, req, reply, now))
     return {"throttle_time": 0, **response}
 
 

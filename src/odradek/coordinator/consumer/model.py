@@ -119,6 +119,9 @@ class ConsumerGroup:
         self.target: dict[str, TargetPartitions] = {}
         self.owners: dict[tuple[uuid.UUID, int], str] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
+        # Classic members told MEMBER_ID_REQUIRED and not joined yet (KIP-394); in memory
+        # only, as in a classic group: after a fail-over they are asked again.
+        self.pending_classic: set[str] = set()
         self.dead = False
         self._state = GroupState.EMPTY
 
