@@ -1,0 +1,1 @@
+"""Deterministic simulation of the real coordinator and client protocol cores under faults."""

@@ -1,0 +1,120 @@
+"""Run one seed: faults, then quiet, then judge. `run_seed` is what the CLI and the sweep call.
+
+Theory of operation: build the World for the seed, start the scenario, run the fault phase
+with every checker after every step, heal, then run until the group converges (liveness)
+or the bound passes. Convergence: the coordinator is up; its group is stable and holds
+exactly the live members; every live member's core is stable and believes it owns exactly
+what the coordinator assigned it; the assignments cover every subscribed partition once.
+The group must stay converged for a settling window (a session timeout and two seconds), and
+the convergence time is when that stretch began. At the end the coordinator's log is
+replayed and compared with the live shard.
+"""
+
+from __future__ import annotations
+
+import time
+
+from odradek.client.classic import ClassicGroupMember
+
+from . import checkers as C
+from . import scenario
+from .result import SeedResult
+from .world import World
+
+SETTLE_MS = 2000
+
+
+def liveness_bound_ms(world: World) -> int:
+    # A crashed member is noticed within a session timeout, a stuck revocation within a
+    # rebalance timeout, and each rejoin of a classic group may take both plus the initial
+    # delay; the margin covers restarts still pending when the faults stop.
+    return 4 * (world.session_ms + world.rebalance_ms) + world.config.initial_rebalance_delay_ms + 15_000
+
+
+def converged(world: World) -> bool:
+    c = world.coordinator
+    if not c.up or world.restarts_due or world.launches_due:
+        return False
+    live = [m for m in world.members.values() if m.alive and not m.stopping]
+    held = world.holdings()
+    group, cgroup = C.consumer_group(world), C.classic_group(world)
+    if not live:
+        return not (group and group.members) and not (cgroup and cgroup.members)
+    if group is not None:
+        if group.state.value != "Stable" or set(group.members) != {m.member_id for m in live}:
+            return False
+    elif cgroup is not None:
+        if not cgroup.is_(C.ClassicState.STABLE) or set(cgroup.members) != {m.member_id for m in live}:
+            return False
+    else:
+        return False
+    union: list = []
+    for m in live:
+        if m.revoking is not None or m.core.state.name != "STABLE" or m.owned() != set(held.get(m.member_id, {})):
+            return False
+        if isinstance(m.core, ClassicGroupMember) and m.core.in_flight is not None and m.core.in_flight != 12:
+            return False
+        union.extend(m.owned())
+    return len(union) == len(set(union)) and set(union) == world.subscribed_partitions()
+
+
+def run_seed(seed: int, protocol: str | None = None, *, trace: bool = False) -> SeedResult:
+    started = time.perf_counter()
+    world = World(seed, protocol, keep_trace=trace)
+    scenario.start(world)
+    world.run_until(world.fault_ms)
+    scenario.heal(world)
+    quiet_from = world.now
+    bound = quiet_from + liveness_bound_ms(world)
+    # Converged means converged for a whole settling window (a session timeout and more):
+    # right after the faults stop, a member cut off a moment ago may still look fine to the
+    # coordinator while its session runs out.
+    settle = world.session_ms + SETTLE_MS
+    since: list[int | None] = [None]
+
+    def settled() -> bool:
+        if not converged(world):
+            since[0] = None
+            return False
+        if since[0] is None:
+            since[0] = world.now
+            world.stable_checker.check(world, converged=True)
+        return world.now - since[0] >= settle
+
+    ok = world.run_until(bound, stop=settled)
+    convergence_ms = since[0] - quiet_from if ok and since[0] is not None else -1
+    if not ok:
+        world.violation("liveness", f"no stable assignment for {settle} ms within {liveness_bound_ms(world)} ms "
+                                    "after the faults stopped")
+    world.replay_checker.compare(world, "at the end")
+    return result_of(world, seed, ok, convergence_ms, time.perf_counter() - started)
+
+
+def result_of(world: World, seed: int, ok: bool, convergence_ms: int, wall: float) -> SeedResult:
+    kinds = sorted({k for _, k, _ in world.violations})
+    first = world.violations[0] if world.violations else None
+    return SeedResult(
+        seed=seed, protocol=world.protocol, faults=world.plan.label(), members=world._serial,
+        partitions=len(world.subscribed_partitions()), sim_ms=world.now, steps=world.steps,
+        violations=len(world.violations), violation_kinds=",".join(kinds),
+        first_violation=f"{first[0]} ms {first[1]}: {first[2]}" if first else "",
+        converged=ok, convergence_ms=convergence_ms, partition_movements=world.stats.movements,
+        revocations=world.stats.revocations, rebalances=world.rebalances(),
+        member_events=world.stats.member_events, records_written=sum(len(v) for v in world.coordinator.log.values()),
+        commits_accepted=world.commit_checker.accepted, commits_rejected=world.commit_checker.rejected,
+        coordinator_crashes=world.coordinator.crashes, wall_s=wall,
+        trace_tail=_trace(world))
+
+
+def _trace(world: World) -> list[str]:
+    """The whole trace when asked for; else the events up to the first violation and the
+    state at the end (or, with no violation, the last events)."""
+    if world.full_trace is not None:
+        lines = list(world.full_trace)
+    elif world.first_tail is not None:
+        lines = [*world.first_tail, f"... ({len(world.violations)} violation(s) in all)"]
+    else:
+        lines = list(world.tail)
+    if world.violations:
+        lines += [f"state at the end: {line}" for line in world.describe()]
+    return lines

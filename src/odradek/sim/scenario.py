@@ -1,0 +1,125 @@
+"""What happens to a world during its fault phase: members start, faults arrive.
+
+Theory of operation: each fault kind the seed switched on is a Poisson process (FaultPlan);
+when one fires it picks its victim with the world's RNG, acts, and arms its next firing,
+until the fault phase ends. Per-message faults (loss, lost responses, jitter) live in the
+network. `heal` ends the fault phase: the network stops dropping, partitions lift, a
+crashed coordinator comes back; members already due to restart still do.
+"""
+
+from __future__ import annotations
+
+from .world import World
+
+MAX_MEMBERS = 7
+
+
+def start(world: World) -> None:
+    rng = world.rng
+    for _ in range(rng.randint(2, 5)):
+        world.launches_due += 1
+
+        def launch() -> None:
+            world.launches_due -= 1
+            world.start_member()
+
+        world.schedule(rng.randint(0, 2000), "a member is launched", launch)
+    for kind, act in ACTIONS.items():
+        _arm(world, kind, act)
+
+
+def _arm(world: World, kind: str, act) -> None:
+    gap = world.plan.next_gap_ms(world.rng, kind)
+    if gap is None:
+        return
+    at = world.now + gap
+    if at >= world.fault_ms:
+        return
+
+    def fire() -> None:
+        if world.faults_on:
+            act(world)
+            _arm(world, kind, act)
+
+    world.schedule(at, f"fault: {kind}", fire)
+
+
+def _victim(world: World):
+    live = [m for m in world.members.values() if m.alive and not m.stopping]
+    return world.rng.choice(live) if live else None
+
+
+def _partition(world: World) -> None:
+    m = _victim(world)
+    if m is not None:
+        until = world.now + world.rng.randint(500, 2 * world.session_ms)
+        world.trace(f"{m.name} is cut off until {until}")
+        world.network.cut(m.name, until)
+
+
+def _client_crash(world: World) -> None:
+    m = _victim(world)
+    if m is not None:
+        back = world.rng.randint(200, 5000) if world.rng.random() < 0.7 else None
+        world.crash_member(m, back)
+
+
+def _coordinator_crash(world: World) -> None:
+    c = world.coordinator
+    if not c.up:
+        return
+    world.replay_checker.compare(world, "before a coordinator crash")
+    world.trace("coordinator crashes")
+    c.crash()
+    down = world.rng.randint(50, 3000)
+    world.schedule(world.now + down, "coordinator restarts", lambda: restart_coordinator(world))
+
+
+def restart_coordinator(world: World) -> None:
+    c = world.coordinator
+    if not c.up:
+        c.restart()
+        world.trace(f"coordinator reloaded {sum(len(v) for v in c.log.values())} records")
+
+
+def _topic_change(world: World) -> None:
+    rng = world.rng
+    topics = world.coordinator.metadata.topics
+    choice = rng.random()
+    if "t1" in world.subscription and "t1" not in topics:
+        world.create_topic("t1", rng.randint(1, 4))
+    elif choice < 0.6:
+        name = rng.choice(sorted(topics))
+        if topics[name].partitions < 10:
+            world.add_partitions(name, rng.randint(1, 3))
+    elif "t1" in topics and "t1" in world.subscription:
+        world.delete_topic("t1")
+    else:
+        world.add_partitions("t0", 1) if topics["t0"].partitions < 10 else None
+
+
+def _churn(world: World) -> None:
+    live = [m for m in world.members.values() if m.alive and not m.stopping]
+    if len(live) < 2 or (len(live) < MAX_MEMBERS and world.rng.random() < 0.5):
+        world.start_member()
+    else:
+        world.leave_member(world.rng.choice(live))
+
+
+ACTIONS = {
+    "partition": _partition,
+    "client_crash": _client_crash,
+    "coordinator_crash": _coordinator_crash,
+    "topic_change": _topic_change,
+    "churn": _churn,
+}
+
+
+def heal(world: World) -> None:
+    world.faults_on = False
+    world.network.faults_active = False
+    world.network.cut_until.clear()
+    restart_coordinator(world)
+    if not world.members and not world.restarts_due and not world.launches_due:
+        world.start_member()  # a group with nobody left converges trivially; give it someone
+    world.trace("faults stop")
