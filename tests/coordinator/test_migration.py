@@ -318,3 +318,14 @@ def test_no_upgrade_while_a_cooperative_member_is_still_revoking():
     r = c.hb(member="C", epoch=0, topics=("foo",))
     assert r["error_code"] == GROUP_ID_NOT_FOUND and "still revoking" in r["error_message"]
     assert c.classic() is not None and c.group() is None
+
+
+def test_a_static_consumer_member_whose_classic_incarnation_is_still_there_does_not_convert_the_group():
+    c = _coord()
+    j = c.join(protocols=_sub(), version=5, instance_id="i1")
+    assert j[0]["error_code"] == NONE
+    c.sync(member=j[0]["member_id"], generation=j[0]["generation_id"], assignments=(
+        (j[0]["member_id"], encode_assignment({"foo": [0, 1, 2, 3]})),))
+    r = c.hb(member="C", epoch=0, topics=("foo",), instance_id="i1")
+    assert r["error_code"] == 111  # UNRELEASED_INSTANCE_ID, as the consumer group would answer
+    assert c.group() is None and c.classic() is not None  # not converted by a join that failed

@@ -72,6 +72,7 @@ from .errors import (
     NONE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
     CoordinatorError,
 )
 from .members import known_member
@@ -97,6 +98,14 @@ def upgrade(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
             raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Classic group {gid} cannot be upgraded to a consumer group "
                                    f"(migration policy {cfg.migration_policy}, protocol type {classic.protocol_type!r}, "
                                    f"{len(classic.members)} members).")
+        if req.instance_id is not None and req.instance_id in classic.static_members:
+            # The heartbeat that follows the conversion would refuse this member (its
+            # instance's classic incarnation has not left); refuse before converting, so the
+            # group is not converted by a join that then fails and left with the classic
+            # target, which covers nothing a rebalance under way would have assigned
+            # (simulator, seed 673). Kafka converts and joins in one atomic operation.
+            raise CoordinatorError(UNRELEASED_INSTANCE_ID, f"Static member {classic.static_members[req.instance_id]} "
+                                   f"with instance id {req.instance_id} is present in the classic group.")
         records = _conversion_records(shard, classic, now_ms)
     return Result(records, Then(lambda s, now: heartbeat(s, req, now)))
 
