@@ -1,4 +1,5 @@
-"""Shared fixtures: a real broker process on loopback, and an in-process broker."""
+"""Shared fixtures: a real broker process on loopback, an in-process broker, and one
+SparkSession for the whole test session."""
 
 from __future__ import annotations
 
@@ -96,3 +97,30 @@ def topic_name(request):
     """A topic name unique to the test."""
     base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:150]
     return f"{base}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+
+
+def pytest_configure(config):
+    # Registered here rather than in pyproject.toml: tests/spark and tests/sim both use it.
+    config.addinivalue_line("markers", "spark: PySpark tests, one shared SparkSession (the `spark` fixture)")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the test session, created lazily (only tests that ask for it
+    pay the JVM start-up) and stopped when the test session ends."""
+    pytest.importorskip("pyspark")
+    import odradek.spark
+
+    session = odradek.spark.session(
+        "local[2]",
+        "odradek-tests",
+        spark__ui__enabled="false",
+        spark__sql__shuffle__partitions="2",
+        spark__driver__memory="1g",
+        spark__sql__streaming__stopTimeout="30s",
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    for q in session.streams.active:
+        q.stop()
+    session.stop()

@@ -2,7 +2,8 @@
 
 `broker` runs a broker in the foreground; `topics`, `produce`, `consume` and `groups`
 are Kafka's shell tools on odradek's own client, one module per family in
-`odradek.commands`; `pipeline demo` runs a Spark streaming job on odradek end to end.
+`odradek.commands`; `pipeline demo` runs a Spark streaming job on odradek end to end;
+`sim run|sweep` runs the deterministic simulator of the group protocols.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from . import commands
-from .commands import groups, pipeline, stream, topics
+from .commands import groups, pipeline, sim, stream, topics
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     stream.register(sub, common)
     groups.register(sub, common)
     pipeline.register(sub, common)
+    sim.register(sub, common)
     args = parser.parse_args(argv)
     level = args.log_level or ("INFO" if args.command == "broker" else "WARNING")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,8 +1,6 @@
-"""Fixtures for the PySpark connector tests: one SparkSession for the whole test session.
-
-The session is created lazily (only tests that ask for `spark` pay the JVM start-up) and
-stopped when the test session ends. Everything under tests/spark carries the `spark`
-marker, registered here since pyproject.toml is not ours to edit.
+"""Fixtures for the PySpark connector tests. The SparkSession (`spark`) and the `spark`
+marker live in tests/conftest.py, shared with the simulator's sweep tests; everything
+under tests/spark carries the marker.
 """
 
 from __future__ import annotations
@@ -17,33 +15,10 @@ pytest.importorskip("pyspark")
 HERE = Path(__file__).resolve().parent
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "spark: PySpark connector tests (format 'odradek'), one shared SparkSession")
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.spark)
-
-
-@pytest.fixture(scope="session")
-def spark():
-    import odradek.spark
-
-    session = odradek.spark.session(
-        "local[2]",
-        "odradek-tests",
-        spark__ui__enabled="false",
-        spark__sql__shuffle__partitions="2",
-        spark__driver__memory="1g",
-        spark__sql__streaming__stopTimeout="30s",
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    for q in session.streams.active:
-        q.stop()
-    session.stop()
 
 
 @pytest.fixture

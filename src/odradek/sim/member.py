@@ -354,11 +354,18 @@ class SimMember:
     # ------------------------------------------------------------------ lifecycle
 
     def next_wake(self) -> int | None:
+        """When `pump` will next have something to do that no message will bring."""
         if not self.alive:
             return None
-        times = [self.next_poll if self.positions else None, self.next_commit if self.positions else None,
-                 self.core.next_deadline()]
-        if self.revoking is not None:
+        kinds = {p.kind for p in self.pending.values()}
+        times = []
+        if self.positions:
+            times.append(self.next_poll)
+            if "commit" not in kinds:
+                times.append(self.next_commit)
+        if "group" not in kinds:
+            times.append(self.core.next_deadline())
+        if self.revoking is not None and self.revoke_committed:
             times.append(self.revoke_at)
         if isinstance(self.core, ClassicGroupMember) and self.core.is_leader:
             times.append(self.next_watch)

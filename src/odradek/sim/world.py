@@ -61,7 +61,8 @@ class World:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.plan = FaultPlan.draw(rng)
-        self.protocol = protocol or rng.choice(PROTOCOLS)
+        picked = rng.choice(PROTOCOLS)  # drawn even when given, so `--protocol` replays the seed as it ran
+        self.protocol = protocol or picked
         self.group_id = f"group-{seed}"
         self.now = 0
         self._seq = 0
@@ -173,8 +174,8 @@ class World:
             wake = m.next_wake()
             if wake is None:
                 continue
-            wake = max(wake, self.now)
-            if self._wakes.get(m.name, -1) < self.now or wake < self._wakes[m.name]:
+            wake = max(wake, self.now + 1)  # what is due now, the pump that just ran has done
+            if self._wakes.get(m.name, -1) <= self.now or wake < self._wakes[m.name]:
                 self._wakes[m.name] = wake
                 self.schedule(wake, f"{m.name} wakes", lambda m=m: m.pump(self.now))
         for checker in self.checkers:
