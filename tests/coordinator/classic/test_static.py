@@ -181,3 +181,25 @@ def test_a_static_member_can_commit_with_its_instance_and_id():
     c = Coord()
     mids, _leader, gen = stable_static(c, 2)
     assert c.commit(member=mids[1], epoch=gen, instance_id="i1") == {("foo", 0): NONE}
+
+
+def test_a_replaced_member_that_owed_a_cooperative_rebalance_triggers_it():
+    """KIP-429: the old incarnation had been assigned less than it owned and would have
+    revoked and rejoined; the new one keeps the assignment and never will, so the partitions
+    it gave up would stay with nobody. The replacement rebalances instead."""
+    from odradek.coordinator.consumer_protocol import encode_assignment, encode_subscription
+
+    def proto(owned):
+        return (("cooperative-sticky", encode_subscription(["foo"], {"foo": owned}, version=1)),)
+
+    c = Coord()
+    a0, a1 = encode_assignment({"foo": [0]}), encode_assignment({"foo": [2]})
+    mids, leader, gen = stable_static(c, 2, protocols=proto([0, 1]), assign={0: a0, 1: a1})
+    old = mids[0]  # owned foo-0,1 when it joined; assigned foo-0: it revokes foo-1 and rejoins...
+    box = c.join(instance_id=instance(c, old), protocols=proto([]))  # ...but crashed first: a restart
+    assert box == [] and state(c) == "PreparingRebalance"
+    # A member that owed nothing is replaced without a rebalance, as before.
+    c2 = Coord()
+    mids, leader, gen = stable_static(c2, 2, protocols=proto([0]), assign={0: a0, 1: a1})
+    assert code(c2.join(instance_id=instance(c2, mids[0]), protocols=proto([]))) == NONE
+    assert state(c2) == "Stable"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import records as R
+from ..consumer_protocol import decode_assignment, decode_subscription
 from ..errors import (
     FENCED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED,
@@ -32,6 +33,7 @@ from ..errors import (
     UNKNOWN_MEMBER_ID,
     CoordinatorError,
 )
+from ..records import RecordError
 from ..shard import Result, Shard
 from .model import ClassicGroup, ClassicMember, ClassicState, Reply
 from .rebalance import (
@@ -219,6 +221,25 @@ def _join_known(shard: Shard, group: ClassicGroup, req: JoinRequest, reply: Repl
     return _update_and_rebalance(shard, group, member, req, reply, now_ms)
 
 
+CONSUMER_PROTOCOL = "consumer"
+
+
+def _owed_a_rebalance(group: ClassicGroup, old: ClassicMember) -> bool:
+    """Was the replaced incarnation between the two rounds of a cooperative rebalance? KIP-429:
+    a member whose assignment lacks partitions it owned (its last JoinGroup lists them)
+    revokes them and rejoins, and that rejoin lets the leader hand them on. A static
+    replacement that keeps the old assignment would leave them with nobody (simulator,
+    seed 756; Kafka keeps the assignment as it is)."""
+    if group.protocol_type != CONSUMER_PROTOCOL or not old.assignment:
+        return False
+    try:
+        owned = decode_subscription(old.metadata(group.protocol_name) or b"").owned
+        assigned = decode_assignment(old.assignment)
+    except RecordError:
+        return False
+    return any(set(ps) - set(assigned.get(t, ())) for t, ps in owned.items())
+
+
 def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_id: str, req: JoinRequest,
                     reply: Reply, now_ms: int) -> list[R.CoordinatorRecord]:
     """KIP-345: a known group.instance.id joins with no member id: the new incarnation takes
@@ -241,7 +262,7 @@ def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_i
     group.pending_sync.discard(old.member_id)
     schedule_heartbeat(shard, group, member, now_ms)
     if group.is_(S.STABLE):
-        if group.select_protocol() == old_protocol:
+        if group.select_protocol() == old_protocol and not _owed_a_rebalance(group, old):
             # Nothing the assignment depends on changed: persist the new member id and hand
             # back the current generation. Older clients are told the previous leader id so
             # that they sync as followers and get their stored assignment; from v9 a leader
