@@ -343,6 +343,36 @@ def test_cooperative_rebalance_keeps_partitions_and_revokes_only_moved_ones():
     assert m.to_revoke() == m.to_assign() == frozenset()
 
 
+def test_a_cooperative_member_that_missed_a_generation_loses_what_it_owned():
+    """A static member kept in the group while away comes back a generation late: the leader
+    of the generation it missed may have given its partitions away, so it drops them without
+    committing (to_lose, then lost()) instead of keeping them into the new generation."""
+    coop = [CooperativeStickyAssignor()]
+    m = stable(coop, assignment={"a": [0, 1, 2]})
+    expect(m, 3000, HEARTBEAT)
+    m.on_response(HEARTBEAT, hb_resp(ErrorCode.rebalance_in_progress), 3000)
+    expect(m, 3000, JOIN_GROUP)
+    m.on_response(JOIN_GROUP, join_resp(member_id="m1", generation=GEN + 2, leader="x",
+                                        protocol="cooperative-sticky"), 3001)
+    assert m.to_lose() == tps(("a", 0), ("a", 1), ("a", 2)) and m.to_revoke() == frozenset()
+    m.lost(now=3001)
+    assert m.owned == frozenset() and m.to_lose() == frozenset()
+    expect(m, 3001, SYNC_GROUP)  # the rebalance goes on
+    m.on_response(SYNC_GROUP, sync_resp(assignment={"a": [0]}, protocol="cooperative-sticky"), 3002)
+    assert m.to_assign() == tps(("a", 0))
+
+
+def test_the_next_generation_keeps_what_it_owned():
+    coop = [CooperativeStickyAssignor()]
+    m = stable(coop, assignment={"a": [0, 1]})
+    expect(m, 3000, HEARTBEAT)
+    m.on_response(HEARTBEAT, hb_resp(ErrorCode.rebalance_in_progress), 3000)
+    expect(m, 3000, JOIN_GROUP)
+    m.on_response(JOIN_GROUP, join_resp(member_id="m1", generation=GEN + 1, leader="x",
+                                        protocol="cooperative-sticky"), 3001)
+    assert m.to_lose() == frozenset() and m.owned == tps(("a", 0), ("a", 1))
+
+
 def test_revocation_comes_before_assignment():
     m = stable([CooperativeStickyAssignor()], assignment={"a": [0, 1]})
     expect(m, 3000, HEARTBEAT)

@@ -569,7 +569,7 @@ class AsyncConsumer:
     async def _reconcile(self) -> None:
         """Run what the member needs from the application: lost, revoke, then assign."""
         m = self.member
-        if m.fenced:
+        if m.fenced or getattr(m, "to_lose", frozenset)():
             lost = set(self.positions.parts)
             self.positions.set([])
             self._assigned_names.clear()

@@ -128,12 +128,12 @@ class SimMember:
                 self.world.trace(f"{self.name}: fatal {core.error}")
                 self.world.member_failed(self)
             return
-        if core.fenced:
+        if core.fenced or getattr(core, "to_lose", frozenset)():
             lost = self.owned()
             self.world.stats.revocations += len(lost)
             self.positions.clear()
             self.revoking = None
-            self.world.trace(f"{self.name}: fenced, lost {sorted(lost)}")
+            self.world.trace(f"{self.name}: {'fenced' if core.fenced else 'missed a generation'}, lost {sorted(lost)}")
             core.lost(now=now)
         self._revoke(now)
         self._assign(now)

@@ -76,32 +76,24 @@ class Network:
 
     def send_up(self, link: Link, now: int, deliver: Callable[[], None], what: str = "request") -> None:
         """A request frame from the member; `deliver` runs at the coordinator if it arrives."""
-        self.frames += 1
-        if not link.alive or self.is_cut(link.member, now) or self._lost("loss"):
-            self.dropped += 1
-            link.alive = False
-            return
-        at = max(now + self._delay(), link.last_up)
-        link.last_up = at
-
-        def arrive() -> None:
-            if link.alive and not self.is_cut(link.member, at):
-                deliver()
-
-        self.schedule(at, f"{link.member} -> coordinator: {what} (link {link.id})", arrive)
+        self._send(link, now, deliver, "loss", "last_up", f"{link.member} -> coordinator: {what} (link {link.id})")
 
     def send_down(self, link: Link, now: int, deliver: Callable[[], None], what: str = "response") -> None:
         """A response frame from the coordinator."""
+        self._send(link, now, deliver, "lost_response", "last_down",
+                   f"coordinator -> {link.member}: {what} (link {link.id})")
+
+    def _send(self, link: Link, now: int, deliver: Callable[[], None], fault: str, last: str, label: str) -> None:
         self.frames += 1
-        if not link.alive or self.is_cut(link.member, now) or self._lost("lost_response"):
+        if not link.alive or self.is_cut(link.member, now) or self._lost(fault):
             self.dropped += 1
             link.alive = False
             return
-        at = max(now + self._delay(), link.last_down)
-        link.last_down = at
+        at = max(now + self._delay(), getattr(link, last))  # TCP: in order on one connection
+        setattr(link, last, at)
 
         def arrive() -> None:
             if link.alive and not self.is_cut(link.member, at):
                 deliver()
 
-        self.schedule(at, f"coordinator -> {link.member}: {what} (link {link.id})", arrive)
+        self.schedule(at, label, arrive)

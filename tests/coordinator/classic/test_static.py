@@ -15,7 +15,7 @@ from tests.coordinator.classic.helpers import (
     log_len,
     state,
 )
-from tests.coordinator.harness import Coord
+from tests.coordinator.harness import FOO, Coord
 
 BOTH = (("range", b"m"), ("rr", b"m"))
 
@@ -183,23 +183,40 @@ def test_a_static_member_can_commit_with_its_instance_and_id():
     assert c.commit(member=mids[1], epoch=gen, instance_id="i1") == {("foo", 0): NONE}
 
 
+def _proto(owned):
+    from odradek.coordinator.consumer_protocol import encode_subscription
+
+    return (("cooperative-sticky", encode_subscription(["foo"], {"foo": owned}, version=1)),)
+
+
+def _assignment(*parts):
+    from odradek.coordinator.consumer_protocol import encode_assignment
+
+    return encode_assignment({"foo": list(parts)})
+
+
 def test_a_replaced_member_that_owed_a_cooperative_rebalance_triggers_it():
     """KIP-429: the old incarnation had been assigned less than it owned and would have
-    revoked and rejoined; the new one keeps the assignment and never will, so the partitions
+    revoked and rejoined; the new one keeps the assignment and never will, so the partition
     it gave up would stay with nobody. The replacement rebalances instead."""
-    from odradek.coordinator.consumer_protocol import encode_assignment, encode_subscription
-
-    def proto(owned):
-        return (("cooperative-sticky", encode_subscription(["foo"], {"foo": owned}, version=1)),)
-
-    c = Coord()
-    a0, a1 = encode_assignment({"foo": [0]}), encode_assignment({"foo": [2]})
-    mids, leader, gen = stable_static(c, 2, protocols=proto([0, 1]), assign={0: a0, 1: a1})
-    old = mids[0]  # owned foo-0,1 when it joined; assigned foo-0: it revokes foo-1 and rejoins...
-    box = c.join(instance_id=instance(c, old), protocols=proto([]))  # ...but crashed first: a restart
+    c = Coord()  # foo has 3 partitions
+    mids, _, _ = stable_static(c, 2, protocols=_proto([0, 1]), assign={0: _assignment(0), 1: _assignment(2)})
+    box = c.join(instance_id=instance(c, mids[0]), protocols=_proto([]))  # the old one owned foo-1 still
     assert box == [] and state(c) == "PreparingRebalance"
-    # A member that owed nothing is replaced without a rebalance, as before.
-    c2 = Coord()
-    mids, leader, gen = stable_static(c2, 2, protocols=proto([0]), assign={0: a0, 1: a1})
-    assert code(c2.join(instance_id=instance(c2, mids[0]), protocols=proto([]))) == NONE
-    assert state(c2) == "Stable"
+
+
+def test_a_replaced_member_whose_group_lost_track_of_new_partitions_triggers_a_rebalance():
+    """Partitions added while the (static) leader was away: nobody watched, and a KIP-814
+    leader only watches from its rejoin on."""
+    c = Coord()
+    mids, leader, _ = stable_static(c, 2, protocols=_proto([]), assign={0: _assignment(0, 1), 1: _assignment(2)})
+    c.set_topics([("foo", FOO, 4)])
+    box = c.join(instance_id=instance(c, leader), protocols=_proto([]), version=9)
+    assert box == [] and state(c) == "PreparingRebalance"
+
+
+def test_a_replaced_member_with_an_assignment_that_is_still_whole_keeps_it():
+    c = Coord()
+    mids, _, _ = stable_static(c, 2, protocols=_proto([0, 1]), assign={0: _assignment(0, 1), 1: _assignment(2)})
+    assert code(c.join(instance_id=instance(c, mids[0]), protocols=_proto([]))) == NONE
+    assert state(c) == "Stable"

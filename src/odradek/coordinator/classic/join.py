@@ -224,20 +224,31 @@ def _join_known(shard: Shard, group: ClassicGroup, req: JoinRequest, reply: Repl
 CONSUMER_PROTOCOL = "consumer"
 
 
-def _owed_a_rebalance(group: ClassicGroup, old: ClassicMember) -> bool:
-    """Was the replaced incarnation between the two rounds of a cooperative rebalance? KIP-429:
-    a member whose assignment lacks partitions it owned (its last JoinGroup lists them)
-    revokes them and rejoins, and that rejoin lets the leader hand them on. A static
-    replacement that keeps the old assignment would leave them with nobody (simulator,
-    seed 756; Kafka keeps the assignment as it is)."""
+def _assignment_outdated(shard: Shard, group: ClassicGroup, old: ClassicMember) -> bool:
+    """Would keeping the stored assignment for a static replacement leave partitions with
+    nobody? Two ways (simulator, seeds 756 and 2537; Kafka keeps the assignment in both):
+    the old incarnation was between the two rounds of a cooperative rebalance (KIP-429: its
+    assignment lacks partitions its last JoinGroup owned; it would have revoked them and
+    rejoined, and that rejoin lets the leader hand them on), or partitions were added while
+    the leader was away (only the leader watches partition counts, and a KIP-814 leader
+    starts watching from its rejoin)."""
     if group.protocol_type != CONSUMER_PROTOCOL or not old.assignment:
         return False
     try:
         owned = decode_subscription(old.metadata(group.protocol_name) or b"").owned
         assigned = decode_assignment(old.assignment)
+        if any(set(ps) - set(assigned.get(t, ())) for t, ps in owned.items()):
+            return True
+        topics: set[str] = set()
+        held: set[tuple[str, int]] = set()
+        for m in group.members.values():
+            topics.update(decode_subscription(m.metadata(group.protocol_name) or b"").topics)
+            if m.assignment:
+                held.update((t, p) for t, ps in decode_assignment(m.assignment).items() for p in ps)
     except RecordError:
         return False
-    return any(set(ps) - set(assigned.get(t, ())) for t, ps in owned.items())
+    return any((t, p) not in held for t in topics if t in shard.image.topics
+               for p in range(shard.image.topics[t].partitions))
 
 
 def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_id: str, req: JoinRequest,
@@ -262,7 +273,7 @@ def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_i
     group.pending_sync.discard(old.member_id)
     schedule_heartbeat(shard, group, member, now_ms)
     if group.is_(S.STABLE):
-        if group.select_protocol() == old_protocol and not _owed_a_rebalance(group, old):
+        if group.select_protocol() == old_protocol and not _assignment_outdated(shard, group, old):
             # Nothing the assignment depends on changed: persist the new member id and hand
             # back the current generation. Older clients are told the previous leader id so
             # that they sync as followers and get their stored assignment; from v9 a leader
