@@ -18,6 +18,8 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 
+from .classic.join import leaves_partitions_unowned
+from .classic.model import ClassicState
 from .classic.rebalance import prepare_rebalance, schedule_heartbeat
 from .config import CoordinatorConfig
 from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
@@ -132,6 +134,11 @@ class CoordinatorRuntime:
                 schedule_heartbeat(shard, cgroup, member, now_ms)
             if len(cgroup.members) > self.config.classic_max_size:
                 # group.max.size was lowered: rebalance, and the last to rejoin are refused.
+                self._write(shard, prepare_rebalance(shard, cgroup, now_ms), now_ms)
+            elif cgroup.is_(ClassicState.STABLE) and leaves_partitions_unowned(shard, cgroup):
+                # A rebalance was under way (a downgrade from a consumer group, partitions
+                # added) but only completed ones are stored: resume it, or the stored
+                # assignment would leave those partitions with nobody.
                 self._write(shard, prepare_rebalance(shard, cgroup, now_ms), now_ms)
         self._arm_offset_expiry(shard, now_ms)
 

@@ -25,6 +25,8 @@ def session(master: str = "local[2]", app_name: str = "odradek", **conf):
 
     from pyspark.sql import SparkSession
 
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session stays on loopback
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name).config("spark.ui.enabled", "false")

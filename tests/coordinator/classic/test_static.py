@@ -220,3 +220,15 @@ def test_a_replaced_member_with_an_assignment_that_is_still_whole_keeps_it():
     mids, _, _ = stable_static(c, 2, protocols=_proto([0, 1]), assign={0: _assignment(0, 1), 1: _assignment(2)})
     assert code(c.join(instance_id=instance(c, mids[0]), protocols=_proto([]))) == NONE
     assert state(c) == "Stable"
+
+
+def test_a_reloaded_group_whose_assignment_misses_partitions_rebalances():
+    """Only completed rebalances are stored; a group reloaded with assignments that leave a
+    subscribed partition with nobody resumes rebalancing (a fail-over must not freeze it)."""
+    c = Coord()
+    stable_static(c, 2, protocols=_proto([]), assign={0: _assignment(0, 1), 1: _assignment(2)})
+    c.restart()
+    assert state(c) == "Stable"  # complete: nothing to do
+    c.set_topics([("foo", FOO, 4)])
+    c.restart()
+    assert state(c) == "PreparingRebalance"

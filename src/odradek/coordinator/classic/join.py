@@ -224,23 +224,17 @@ def _join_known(shard: Shard, group: ClassicGroup, req: JoinRequest, reply: Repl
 CONSUMER_PROTOCOL = "consumer"
 
 
-def _assignment_outdated(shard: Shard, group: ClassicGroup, old: ClassicMember) -> bool:
-    """Would keeping the stored assignment for a static replacement leave partitions with
-    nobody? Two ways (simulator, seeds 756 and 2537; Kafka keeps the assignment in both):
-    the old incarnation was between the two rounds of a cooperative rebalance (KIP-429: its
-    assignment lacks partitions its last JoinGroup owned; it would have revoked them and
-    rejoined, and that rejoin lets the leader hand them on), or partitions were added while
-    the leader was away (only the leader watches partition counts, and a KIP-814 leader
-    starts watching from its rejoin)."""
-    if group.protocol_type != CONSUMER_PROTOCOL or not old.assignment:
+def leaves_partitions_unowned(shard: Shard, group: ClassicGroup) -> bool:
+    """Do the group's stored assignments (consumer protocol) miss a partition of a topic its
+    members subscribe to? Only the leader watches partition counts, and only the members of
+    a rebalance under way know what they still own, so a group that resumes from its stored
+    assignments (a static replacement, a coordinator fail-over) can be left with partitions
+    nobody will ever be given without a rebalance (simulator, seeds 2537 and 4783)."""
+    if group.protocol_type != CONSUMER_PROTOCOL or not group.members:
         return False
+    topics: set[str] = set()
+    held: set[tuple[str, int]] = set()
     try:
-        owned = decode_subscription(old.metadata(group.protocol_name) or b"").owned
-        assigned = decode_assignment(old.assignment)
-        if any(set(ps) - set(assigned.get(t, ())) for t, ps in owned.items()):
-            return True
-        topics: set[str] = set()
-        held: set[tuple[str, int]] = set()
         for m in group.members.values():
             topics.update(decode_subscription(m.metadata(group.protocol_name) or b"").topics)
             if m.assignment:
@@ -249,6 +243,25 @@ def _assignment_outdated(shard: Shard, group: ClassicGroup, old: ClassicMember) 
         return False
     return any((t, p) not in held for t in topics if t in shard.image.topics
                for p in range(shard.image.topics[t].partitions))
+
+
+def _assignment_outdated(shard: Shard, group: ClassicGroup, old: ClassicMember) -> bool:
+    """Would keeping the stored assignment for a static replacement leave partitions with
+    nobody? Either the old incarnation was between the two rounds of a cooperative rebalance
+    (KIP-429: its assignment lacks partitions its last JoinGroup owned; it would have revoked
+    them and rejoined, and that rejoin lets the leader hand them on; seed 756), or the stored
+    assignments miss partitions (added while the leader was away). Kafka keeps the
+    assignment in both cases."""
+    if group.protocol_type != CONSUMER_PROTOCOL or not old.assignment:
+        return False
+    try:
+        owned = decode_subscription(old.metadata(group.protocol_name) or b"").owned
+        assigned = decode_assignment(old.assignment)
+    except RecordError:
+        return False
+    if any(set(ps) - set(assigned.get(t, ())) for t, ps in owned.items()):
+        return True
+    return leaves_partitions_unowned(shard, group)
 
 
 def _replace_static(shard: Shard, group: ClassicGroup, old: ClassicMember, new_id: str, req: JoinRequest,
