@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
-import select
 import signal
 import subprocess
 import sys
@@ -15,6 +13,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = "127.0.0.1"
+sys.path.insert(0, str(ROOT / "src"))
+
+from odradek.broker.spawn import terminate, wait_for_port  # noqa: E402 - after the path above
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a timeout's kill) raises KeyboardInterrupt, so a benchmark's `finally`
+    blocks stop its broker and clients as on Ctrl-C."""
+    def handler(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 class BrokerProcess:
@@ -44,22 +54,9 @@ class BrokerProcess:
             stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")},
         )
-        deadline = time.monotonic() + timeout
-        buf = b""
-        fd = self.proc.stdout.fileno()
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], 0.2)
-            if r:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-                m = re.search(rb"listening on [\d.]+:(\d+)", buf)
-                if m:
-                    self.port = int(m.group(1))
-                    return self
-            if self.proc.poll() is not None:
-                break
+        self.port = wait_for_port(self.proc, timeout)
+        if self.port is not None:
+            return self
         self.stop()
         raise RuntimeError(f"broker did not start; log tail: {self.log_tail()}")
 
@@ -75,16 +72,10 @@ class BrokerProcess:
     def stop(self) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        rc = terminate(self.proc)
         self.proc.stdout.close()
         self._log.close()
-        return self.proc.returncode
+        return rc
 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> None:

@@ -66,7 +66,6 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -80,6 +79,7 @@ from bench_common import (
     ROOT,
     BrokerProcess,
     git_revision,
+    interrupt_on_sigterm,
     librdkafka_produce_loop,
     machine_line,
     table,
@@ -821,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(args.client_list)}; asyncio cases on {args.loop}"
           + (f"; client env {' '.join(args.client_env)}" if args.client_env else "")
           + ("; PROFILING (rates of profiled cases are not comparable)" if args.profile else ""))
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupt_on_sigterm()
     ctx = mp.get_context("spawn")  # never fork a process that has librdkafka or event-loop threads
     t_begin = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="bench-client-", dir=args.work_dir))

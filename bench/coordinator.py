@@ -64,7 +64,6 @@ import os
 import pstats
 import queue
 import shutil
-import signal
 import socket
 import statistics
 import struct
@@ -78,7 +77,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Any
 
-from bench_common import LOOPBACK, BrokerProcess, machine_line, table
+from bench_common import (
+    LOOPBACK,
+    BrokerProcess,
+    interrupt_on_sigterm,
+    machine_line,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -875,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print("== machine ==")
     print("  " + machine_line())
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupt_on_sigterm()
     t0 = time.monotonic()
     try:
         for name in args.section_list:

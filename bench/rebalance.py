@@ -67,7 +67,6 @@ import os
 import queue
 import random
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -78,7 +77,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Any
 
-from bench_common import BrokerProcess, machine_line, table
+from bench_common import BrokerProcess, interrupt_on_sigterm, machine_line, table
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "bench-growth"
@@ -774,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  consumers: librdkafka defaults + group.protocol=consumer auto.offset.reset=earliest log_level=4 "
           f"{extra}".rstrip() + f"; poll(0.05) loop; growth/protocols consumers at nice +{args.client_nice}"
           + (" (protocols: see its conditions)" if "protocols" in args.section_list else ""))
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupt_on_sigterm()
     t_begin = time.monotonic()
     growth: list[dict] = []
     joins: list[dict] = []

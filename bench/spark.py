@@ -56,7 +56,6 @@ import os
 import pstats
 import resource
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -64,7 +63,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, BrokerProcess, git_revision, machine_line, table
+from bench_common import (
+    ROOT,
+    BrokerProcess,
+    git_revision,
+    interrupt_on_sigterm,
+    machine_line,
+    table,
+)
 
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -363,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  " + machine_line(f"pyspark={vers['pyspark']}  pyarrow={vers['pyarrow']}"))
     print(f"  {args.records:,} records of {args.value_bytes} B in {args.partitions} partitions; master {args.master}; "
           f"Trigger.AvailableNow into format('noop'); {args.repeat} runs per source, interleaved; fill by {args.fill}")
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupt_on_sigterm()
     t_begin = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=args.work_dir))
     broker = BrokerProcess(work / "data", [], work / "broker.log", ("--log-level", "WARNING"))

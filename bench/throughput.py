@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_common import librdkafka_produce_loop
+from bench_common import interrupt_on_sigterm, librdkafka_produce_loop
 
 LOOPBACK = "127.0.0.1"
 MB = 1_000_000  # MB/s below means 10^6 bytes of record *value* per second
@@ -1155,7 +1155,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[RunResult] = []
 
     # SIGTERM -> KeyboardInterrupt so `finally` blocks stop brokers and workers
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    interrupt_on_sigterm()
     t_start = time.monotonic()
     tables: dict[str, Any] = {}
     try:

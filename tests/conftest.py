@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from odradek.broker.spawn import wait_for_port
+
 ROOT = Path(__file__).resolve().parents[1]
 ODRADEK = [sys.executable, "-m", "odradek"]
 
@@ -40,15 +42,10 @@ class BrokerProcess:
             stderr=log,
             cwd=ROOT,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode()
-            m = re.search(r"listening on [\d.]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                return self
-            if self.proc.poll() is not None:
-                break
+        port = wait_for_port(self.proc, timeout)
+        if port is not None:
+            self.port = port
+            return self
         raise RuntimeError(f"broker did not start; log:\n{self.log_path.read_text()[-3000:]}")
 
     def stop(self, timeout: float = 20.0) -> int:

@@ -3,16 +3,17 @@ subprocesses against the session broker, output parsed as a script would parse i
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 
 from tests.conftest import ODRADEK, ROOT
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -65,15 +66,7 @@ def offsets(broker, group: str) -> dict[int, tuple[str, str, str]]:
             for r in describe(broker, group, "--offsets") if r["PARTITION"] != "-"}
 
 
-def wait_for(predicate, timeout: float = 45.0, interval: float = 0.5, what=lambda: None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s; last seen: {what()}")
-        time.sleep(interval)
+wait_for = functools.partial(wait_until, timeout=45.0, interval=0.5)
 
 
 # ---------------------------------------------------------------------- topics

@@ -5,7 +5,6 @@ under tests/spark carries the marker.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -28,15 +27,3 @@ def admin(broker):
     a = Admin(broker.bootstrap, client_id="spark-tests-admin")
     yield a
     a.close()
-
-
-def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):
-    """Poll `predicate` until truthy (returned); fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from odradek.client import Admin, NewTopic, Producer, TopicPartition
-
-from .conftest import wait_until
+from tests.polling import wait_until
 
 pyspark = pytest.importorskip("pyspark")
 

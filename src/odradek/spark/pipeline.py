@@ -31,9 +31,7 @@ import logging
 import os
 import random
 import re
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +42,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Self
+
+from odradek.broker.spawn import terminate, wait_for_port
 
 log = logging.getLogger("odradek.pipeline")
 GROUP_ID = "odradek-pipeline-demo"
@@ -182,20 +182,9 @@ class EmbeddedBroker:
             [sys.executable, "-m", "odradek", "--log-level", "WARNING", "broker",
              "--data-dir", str(self.data_dir / "data"), "--listen", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL)
-        fd = self.proc.stdout.fileno()
-        buf = b""
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-                m = re.search(rb"listening on [\d.]+:(\d+)", buf)
-                if m:
-                    self.port = int(m.group(1))
-                    return self
+        self.port = wait_for_port(self.proc, self.timeout)
+        if self.port is not None:
+            return self
         tail = self.log_tail()
         self.stop()
         raise PipelineError(f"the embedded broker did not start; its log ends with:\n{tail}")
@@ -209,14 +198,7 @@ class EmbeddedBroker:
     def stop(self) -> int | None:
         rc = None
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(timeout=10)
-            rc = self.proc.returncode
+            rc = terminate(self.proc)
             self.proc.stdout.close()
             self._log.close()
             self.proc = None
