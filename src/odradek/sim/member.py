@@ -55,14 +55,13 @@ class Pending:
 
 
 class SimMember:
-    def __init__(self, world, name: str, kind: str, *, instance_id: str | None, topics: list[str],
+    def __init__(self, world, name: str, kind: str, *, instance_id: str | None,
                  session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int,
                  server_assignor: str | None, commit_interval_ms: int) -> None:
         self.world = world
         self.name = name
         self.kind = kind  # "consumer", "classic-eager", "classic-cooperative"
         self.instance_id = instance_id
-        self.topics = topics
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.commit_interval_ms = commit_interval_ms
         rng = world.rng
@@ -168,7 +167,6 @@ class SimMember:
             self.world.stats.revocations += len(names)
             self.world.trace(f"{self.name}: revoked {sorted(names)}")
             core.revoked(revoke, now=now)
-            self.world.on_beliefs_changed()
 
     def _assign(self, now: int) -> None:
         core = self.core
@@ -178,13 +176,11 @@ class SimMember:
         if not assign:
             return
         names = {self._name(tp) for tp in assign}
-        self.world.before_assign(self, names)
         for tp in sorted(assign, key=self._name):  # the RNG draws per partition must not follow set order
             self.positions[tp] = None
         self.world.stats.acquired(names)
         self.world.trace(f"{self.name}: assigned {sorted(names)}")
         core.assigned(assign, now=now)
-        self.world.on_beliefs_changed()
         self._fetch_committed(now, set(assign))
 
     def _metadata(self, now: int) -> None:
@@ -294,7 +290,6 @@ class SimMember:
                 self.core.on_failure(pending.api, resp, now)
             else:
                 self.core.on_response(pending.api, resp, now)
-            self.world.on_beliefs_changed()
         elif pending.kind == "revoke-commit":
             self.revoke_committed = True
         elif pending.kind == "fetch":
@@ -390,6 +385,5 @@ class SimMember:
         self.revoking = None
         self.core.revoked(self.core.owned, now=now)
         self.core.leave(now=now)
-        self.world.on_beliefs_changed()
         self.pump(now)
 

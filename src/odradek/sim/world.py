@@ -270,11 +270,6 @@ class World:
         topics = self.coordinator.metadata.topics
         return {(t, p) for t in self.subscription if t in topics for p in range(topics[t].partitions)}
 
-    def same_subscriptions(self) -> bool:
-        return True  # every member subscribes to `self.subscription`
-
-    # ------------------------------------------------------------------ topics
-
     def create_topic(self, name: str, partitions: int) -> None:
         tid = uuid.UUID(int=self.rng.getrandbits(128), version=4)
         self.coordinator.metadata.topics[name] = SimTopic(name, tid, partitions)
@@ -311,7 +306,7 @@ class World:
         if self.static and instance is None:
             instance = f"instance-{self._serial}"
         kind = kind or self.member_kind()
-        m = SimMember(self, name, kind, instance_id=instance, topics=list(self.subscription),
+        m = SimMember(self, name, kind, instance_id=instance,
                       session_timeout_ms=self.session_ms, rebalance_timeout_ms=self.rebalance_ms,
                       heartbeat_interval_ms=self.heartbeat_ms, server_assignor=self.server_assignor,
                       commit_interval_ms=self.commit_ms)
@@ -358,9 +353,3 @@ class World:
             self.trace(f"{m.name} is slow to revoke: {delay} ms")
             return delay
         return 0
-
-    def before_assign(self, m: SimMember, names) -> None:
-        pass  # the ownership checkers look at beliefs after every step
-
-    def on_beliefs_changed(self) -> None:
-        self._holdings = None
