@@ -15,19 +15,22 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP_RUN): pyproject.toml | $(PY)
+# The native record scanner is compiled by the install: rebuild when its source changes.
+NATIVE_SRC := src/odradek/records/_scan.c
+
+$(STAMP_RUN): pyproject.toml $(NATIVE_SRC) | $(PY)
 	$(PIP) install --quiet -e .
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(PY)
+$(STAMP_DEV): pyproject.toml $(NATIVE_SRC) | $(PY)
 	$(PIP) install --quiet -e '.[dev]'
 	touch $@ $(STAMP_RUN)
 
-$(STAMP_BENCH): pyproject.toml | $(PY)
+$(STAMP_BENCH): pyproject.toml $(NATIVE_SRC) | $(PY)
 	$(PIP) install --quiet -e '.[bench]'
 	touch $@
 
-$(STAMP_SPARK): pyproject.toml | $(PY)
+$(STAMP_SPARK): pyproject.toml $(NATIVE_SRC) | $(PY)
 	$(PIP) install --quiet -e '.[spark]'
 	touch $@ $(STAMP_RUN)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from odradek.config import BrokerConfig
-from odradek.log.compaction import check_keys, compact_log
+from odradek.log.compaction import compact_log
 from odradek.log.partition import CLEANED_SUFFIX, PartitionLog
 from odradek.records.batch import iter_headers, validate_batches
 from odradek.records.codec import GZIP, LZ4, NONE, SNAPPY, ZSTD, Record, decode_batches, encode_batch
@@ -427,25 +427,3 @@ def test_empty_compacted_segment_does_not_block_time_retention(logdir):
     # Both older segments hold only data past retention.ms: the log starts at offset 3.
     assert plog.log_start_offset == 3
     plog.close()
-
-
-# ----------------------------------------------------------------------------- check_keys
-
-
-def test_check_keys():
-    keyed = encode_batch([Record(0, T0, b"k", b"v"), Record(1, T0, b"k2", None)])
-    assert check_keys(keyed) is None
-    keyless = encode_batch([Record(0, T0, b"k", b"v"), Record(1, T0, None, b"v")])
-    assert check_keys(keyless) == "Compacted topic cannot accept message without key."
-    assert check_keys(keyed + keyless) is not None
-    compressed = encode_batch([Record(0, T0, None, b"v")], compression=ZSTD)
-    assert check_keys(compressed) is not None
-    control = encode_batch([Record(0, T0, None, b"\x00")], is_control=True)
-    assert check_keys(control) is None
-
-
-def test_check_keys_reports_undecodable_records():
-    raw = bytearray(encode_batch([Record(0, T0, b"k", b"v")], compression=GZIP))
-    raw[61] ^= 0xFF  # first byte of the gzip stream (its magic)
-    reason = check_keys(bytes(raw))
-    assert reason is not None and reason.startswith("cannot decode records")

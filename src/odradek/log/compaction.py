@@ -24,22 +24,8 @@ from __future__ import annotations
 import os
 
 from ..records.batch import iter_headers
-from ..records.codec import CodecError, decode_batches, encode_batch
+from ..records.codec import decode_batches, encode_batch
 from .partition import CLEANED_SUFFIX, PartitionLog
-
-
-def check_keys(records: bytes) -> str | None:
-    """Kafka rejects keyless records on compacted topics; return the reason or None."""
-    try:
-        for batch in decode_batches(records):
-            if batch.is_control:
-                continue
-            for r in batch.records:
-                if r.key is None:
-                    return "Compacted topic cannot accept message without key."
-    except CodecError as exc:
-        return f"cannot decode records: {exc}"
-    return None
 
 
 def _key_map(plog: PartitionLog) -> dict[bytes, int]:

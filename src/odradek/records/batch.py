@@ -53,12 +53,21 @@ _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
 
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """One rejected record of a batch (Kafka's ProduceResponse.RecordError)."""
+
+    batch_index: int
+    message: str
+
+
 class BatchError(Exception):
     """A batch the client sent is not acceptable. `code` is the Kafka error name."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, record_errors: list[RecordError] | tuple = ()) -> None:
         super().__init__(message)
-        self.code = code  # "corrupt_message" or "invalid_record"
+        self.code = code  # "corrupt_message", "invalid_record", "invalid_timestamp", ...
+        self.record_errors = tuple(record_errors)
 
 
 @dataclass(frozen=True, slots=True)

@@ -323,7 +323,7 @@ def decode_batches(buf: bytes | bytearray | memoryview, *, verify_crc: bool = Fa
     return batches
 
 
-def key_values(buf: bytes | bytearray | memoryview) -> list[tuple[bytes | None, bytes | None]]:
+def key_values(buf: bytes | bytearray | memoryview, verify_crc: bool = False) -> list[tuple[bytes | None, bytes | None]]:
     """(key, value) of every record in every complete data batch of `buf`, nothing else.
 
     What a loader of a compacted topic needs (the group coordinator replaying
@@ -333,7 +333,7 @@ def key_values(buf: bytes | bytearray | memoryview) -> list[tuple[bytes | None, 
     out: list[tuple[bytes | None, bytes | None]] = []
     append = out.append
     zz = _ZIGZAG1
-    for pos, header, payload in _batches(buf):
+    for pos, header, payload in _batches(buf, verify_crc):
         if header.attributes & CONTROL_MASK:
             continue
         p = 0
