@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 DAY_MS = 24 * 3600 * 1000
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
 
 
 def _bool(v: str | bool) -> bool:
@@ -60,6 +62,16 @@ def _at_least(minimum: int) -> Callable[[Any], int]:
     return parse
 
 
+def _between(minimum: int, maximum: int) -> Callable[[Any], int]:
+    def parse(v: Any) -> int:
+        n = int(v)
+        if not minimum <= n <= maximum:
+            raise ValueError(f"value {n} is outside [{minimum}, {maximum}]")
+        return n
+
+    return parse
+
+
 @dataclass(frozen=True)
 class TopicSetting:
     broker_key: str
@@ -71,7 +83,8 @@ class TopicSetting:
 # topic key -> how it defaults from the broker (Kafka's LogConfig / ServerLogConfigs)
 TOPIC_CONFIGS: dict[str, TopicSetting] = {
     "cleanup.policy": TopicSetting("log.cleanup.policy", _policy, "delete", "delete and/or compact old segments"),
-    "segment.bytes": TopicSetting("log.segment.bytes", _at_least(14), 1 << 30, "roll a segment at this size"),
+    # segment.bytes is an int in Kafka: a segment's file positions must fit the index's 32 bits.
+    "segment.bytes": TopicSetting("log.segment.bytes", _between(14, INT_MAX), 1 << 30, "roll a segment at this size"),
     "segment.ms": TopicSetting("log.roll.ms", _at_least(1), 7 * DAY_MS, "roll a segment at this age"),
     "retention.ms": TopicSetting("log.retention.ms", _at_least(-1), 7 * DAY_MS, "delete segments older than this (-1: never)"),
     "retention.bytes": TopicSetting("log.retention.bytes", int, -1, "delete oldest segments beyond this size per partition (-1: no limit)"),
@@ -83,6 +96,12 @@ TOPIC_CONFIGS: dict[str, TopicSetting] = {
     "max.message.bytes": TopicSetting("message.max.bytes", _at_least(0), 1048588, "largest record batch accepted"),
     "message.timestamp.type": TopicSetting("log.message.timestamp.type", _ts_type, "CreateTime", "CreateTime or LogAppendTime"),
     "compression.type": TopicSetting("compression.type", _compression, "producer", "only 'producer' (batches are stored as sent)"),
+    # KIP-937: CreateTime records further than this before/after the broker's clock are
+    # rejected (INVALID_TIMESTAMP). Kafka 4 defaults: no lower bound, one hour ahead.
+    "message.timestamp.before.max.ms": TopicSetting(
+        "log.message.timestamp.before.max.ms", _at_least(0), LONG_MAX, "largest age of a CreateTime timestamp"),
+    "message.timestamp.after.max.ms": TopicSetting(
+        "log.message.timestamp.after.max.ms", _at_least(0), 3_600_000, "largest lead of a CreateTime timestamp"),
 }
 
 
@@ -101,6 +120,19 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     retention_check_interval_ms: int = 300_000
     cleaner_backoff_ms: int = 15_000
+    # Connection limits (Kafka's SocketServer keys; see README "Limits").
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    connections_max_idle_ms: int = 600_000
+    # odradek key: a request frame must arrive whole within this long of its first byte.
+    request_timeout_ms: int = 30_000
+    # Bytes of request frames held (partly received or waiting) over all connections; at
+    # the limit the broker stops reading sockets until memory frees (Kafka's MemoryPool).
+    # Kafka's default is -1 (no limit); odradek bounds it at twice socket.request.max.bytes.
+    queued_max_request_bytes: int = 2 * 104857600
+    # odradek key: segment files kept open at once (-1: derived from the fd limit).
+    log_max_open_files: int = -1
     log_defaults: dict[str, Any] = field(default_factory=dict)  # broker key -> value
     extra: dict[str, str] = field(default_factory=dict)  # unrecognised keys, kept for DescribeConfigs
 
@@ -129,6 +161,13 @@ class BrokerConfig:
             "auto.create.topics.enable": str(self.auto_create_topics).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
             "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
+            "max.connections": str(self.max_connections),
+            "max.connections.per.ip": str(self.max_connections_per_ip),
+            "max.connections.per.ip.overrides": ",".join(f"{h}:{n}" for h, n in self.max_connections_per_ip_overrides.items()),
+            "connections.max.idle.ms": str(self.connections_max_idle_ms),
+            "request.timeout.ms": str(self.request_timeout_ms),
+            "queued.max.request.bytes": str(self.queued_max_request_bytes),
+            "log.max.open.files": str(self.log_max_open_files),
         }
         if self.rack is not None:
             out["broker.rack"] = self.rack
@@ -191,6 +230,13 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "socket.request.max.bytes": lambda c, v: setattr(c, "socket_request_max_bytes", int(v)),
     "log.retention.check.interval.ms": lambda c, v: setattr(c, "retention_check_interval_ms", int(v)),
     "log.cleaner.backoff.ms": lambda c, v: setattr(c, "cleaner_backoff_ms", int(v)),
+    "max.connections": lambda c, v: setattr(c, "max_connections", _positive(v)),
+    "max.connections.per.ip": lambda c, v: setattr(c, "max_connections_per_ip", _positive(v, 0)),
+    "max.connections.per.ip.overrides": lambda c, v: setattr(c, "max_connections_per_ip_overrides", _ip_overrides(v)),
+    "connections.max.idle.ms": lambda c, v: setattr(c, "connections_max_idle_ms", int(v)),
+    "request.timeout.ms": lambda c, v: setattr(c, "request_timeout_ms", _positive(v)),
+    "queued.max.request.bytes": lambda c, v: setattr(c, "queued_max_request_bytes", int(v)),
+    "log.max.open.files": lambda c, v: setattr(c, "log_max_open_files", int(v)),
     "listeners": lambda c, v: _set_listen(c, _listener(v)),
     "advertised.listeners": lambda c, v: _set_advertise(c, _listener(v)),
 }
@@ -201,6 +247,27 @@ _ALIASES = {
     "log.retention.hours": ("log.retention.ms", 3_600_000),
     "log.roll.hours": ("log.roll.ms", 3_600_000),
 }
+
+
+def _positive(v: str, minimum: int = 1) -> int:
+    n = int(v)
+    if n < minimum:
+        raise ValueError(f"value {n} is below the minimum {minimum}")
+    return n
+
+
+def _ip_overrides(v: str) -> dict[str, int]:
+    """Kafka's `max.connections.per.ip.overrides`: "host:count,host:count"."""
+    out: dict[str, int] = {}
+    for item in v.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, _, count = item.rpartition(":")
+        if not host or not count.strip().isdigit():
+            raise ValueError(f"max.connections.per.ip.overrides entry {item!r} is not host:count")
+        out[host.strip().strip("[]")] = int(count)
+    return out
 
 
 def _set_listen(c: BrokerConfig, hp: tuple[str, int]) -> None:

@@ -172,12 +172,15 @@ def _mutate(batch: bytes, offset: int, value: bytes) -> bytes:
     "mutation,expected",
     [
         (lambda b: _mutate(b, len(b) - 1, bytes([b[-1] ^ 0xFF])), 2),  # CRC mismatch -> CORRUPT_MESSAGE
-        (lambda b: _mutate(b, 16, b"\x01"), 2),  # magic 1 -> CORRUPT_MESSAGE
+        # Kafka's ProduceRequest.validateRecords: a v0/v1 batch is INVALID_RECORD; a
+        # magic byte no format has is CORRUPT_MESSAGE (ByteBufferLogInputStream).
+        (lambda b: _mutate(b, 16, b"\x01"), 87),
+        (lambda b: _mutate(b, 16, b"\x07"), 2),
         (lambda b: b[:-5], 2),  # truncated batch -> CORRUPT_MESSAGE
         (lambda b: _mutate(b, 0, struct.pack(">q", 7)), 87),  # non-zero base offset -> INVALID_RECORD
         (lambda b: b"", 87),  # no batches -> INVALID_RECORD
     ],
-    ids=["crc", "magic", "truncated", "base-offset", "empty"],
+    ids=["crc", "magic-1", "magic-7", "truncated", "base-offset", "empty"],
 )
 def test_bad_batches_are_rejected_with_nothing_appended(broker, seeded, mutation, expected):
     seeded, _ = seeded

@@ -97,15 +97,17 @@ def test_torn_tail_and_broken_index_are_repaired_on_restart(broker_factory):
     log0 = sorted(d0.glob("*.log"))[-1]
     with open(log0, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00garbage-half-batch")  # a torn write
-    for idx in d1.glob("*.index"):
-        idx.write_bytes(b"\x01\x02\x03")  # not a whole entry: must be rebuilt
+    # Not a whole entry: must be rebuilt (odradek writes no index file for a segment this
+    # small, so the broken one is planted).
+    (d1 / f"{0:020d}.index").write_bytes(b"\x01\x02\x03")
     b.start()
     got = _consume_all(b.bootstrap, "torn", 2, {0: 1000, 1: 1000})
     for q in range(2):
         assert [o for o, _ in got[q]] == list(range(1000))
         assert [v for _, v in got[q]] == [b"v%d" % i for i in range(q, 2000, 2)]
     assert b"garbage" not in log0.read_bytes()
-    assert len(next(d1.glob("*.index")).read_bytes()) % 8 == 0
+    # Rebuilt: kept in memory for a small segment, so the broken file is gone, not trusted.
+    assert all(len(p.read_bytes()) % 8 == 0 for p in d1.glob("*.index"))
 
 
 def test_sigterm_shuts_down_cleanly_and_flushes(broker_factory):

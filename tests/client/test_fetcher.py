@@ -250,3 +250,19 @@ def test_drop_buffered():
     assert [c.tp for c in p.buffer] == [B]
     p.drop_buffered()
     assert not p.buffer
+
+
+def test_a_batch_failing_its_crc_is_corrupt_message_unless_check_crcs_is_off():
+    # The Java consumer's check.crcs (default true): bytes that changed on the way or on
+    # the broker's disk are never handed out as records.
+    flipped = bytearray(batch(0, 3))
+    flipped[-2] ^= 0x01
+    p = positions()
+    with pytest.raises(KafkaError) as err:
+        p.on_partition(A, 0, bytes(flipped), 3)
+    assert err.value.code == ErrorCode.corrupt_message and not err.value.retriable
+    unchecked = Positions(check_crcs=False)
+    unchecked.set([A])
+    unchecked.seek(A, 0)
+    unchecked.on_partition(A, 0, bytes(flipped), 3)
+    assert len(unchecked.take(10)) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import itertools
 import json
 import uuid
@@ -10,7 +11,8 @@ import uuid
 import pytest
 
 from odradek.cluster import metadata as metadata_mod
-from odradek.cluster.metadata import METADATA_FILE, MetadataStore, Topic, TopicCollision, TopicExists
+from odradek.cluster.metadata import JOURNAL_FILE, METADATA_FILE, MetadataStore, Topic, TopicCollision, TopicExists
+from odradek.log.errors import StorageError
 
 
 def counter_ids(start: int = 1):
@@ -134,12 +136,101 @@ def test_set_partitions_persists(tmp_path):
     assert MetadataStore(tmp_path).get("t").partitions == 6
 
 
-def test_metadata_file_is_valid_json_without_temp_leftovers(tmp_path):
+def test_metadata_files_are_valid_json_without_temp_leftovers(tmp_path):
     store = MetadataStore(tmp_path)
     t = store.create("t", 2, {"a": "b"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([METADATA_FILE, JOURNAL_FILE])
+    (entry,) = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
+    assert entry["ops"] == [["create", "t", str(t.topic_id), 2, {"a": "b"}]]
+    store.compact()
     doc = json.loads((tmp_path / METADATA_FILE).read_text())
     assert doc["topics"] == [{"name": "t", "id": str(t.topic_id), "partitions": 2, "configs": {"a": "b"}}]
-    assert [p.name for p in tmp_path.iterdir()] == [METADATA_FILE]
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([METADATA_FILE, JOURNAL_FILE])
+    assert MetadataStore(tmp_path).get("t").topic_id == t.topic_id
+
+
+# ----------------------------------------------------------------------------- journal
+
+
+def test_one_request_is_one_journal_write_whatever_its_size(tmp_path, monkeypatch):
+    store = MetadataStore(tmp_path)
+    fsyncs = []
+    real = metadata_mod.os.fsync
+    monkeypatch.setattr(metadata_mod.os, "fsync", lambda fd: fsyncs.append(fd) or real(fd))
+    topics = store.create_many([(f"t{i}", 1, {}) for i in range(10_000)])
+    assert len(fsyncs) == 1 and len(topics) == 10_000
+    # ... and one topic at a time appends a line, never rewrites the whole document.
+    before = (tmp_path / METADATA_FILE).stat().st_mtime_ns
+    for i in range(50):
+        store.create(f"more{i}", 1, {})
+    assert (tmp_path / METADATA_FILE).stat().st_mtime_ns == before
+    again = MetadataStore(tmp_path)
+    assert len(again.topics) == 10_050 and again.get("t9999").topic_id == topics[-1].topic_id
+
+
+def test_create_many_is_all_or_nothing(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("a.b", 1, {})
+    with pytest.raises(TopicCollision):
+        store.create_many([("x", 1, {}), ("a_b", 1, {})])
+    with pytest.raises(TopicCollision):
+        store.create_many([("y.z", 1, {}), ("y_z", 1, {})])
+    with pytest.raises(TopicExists):
+        store.create_many([("q", 1, {}), ("q", 2, {})])
+    assert set(store.topics) == {"a.b"}
+    assert set(MetadataStore(tmp_path).topics) == {"a.b"}
+
+
+def test_a_torn_last_journal_line_is_dropped(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("kept", 1, {})
+    with open(tmp_path / JOURNAL_FILE, "ab") as f:
+        f.write(b'{"seq":2,"ops":[["create","lost"')  # a crash mid-append: never acknowledged
+    again = MetadataStore(tmp_path)
+    assert set(again.topics) == {"kept"}
+    again.create("next", 1, {})
+    assert set(MetadataStore(tmp_path).topics) == {"kept", "next"}
+
+
+def test_journal_entries_already_in_the_snapshot_are_not_applied_twice(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("a", 1, {})
+    store.create("b", 1, {})
+    journal = (tmp_path / JOURNAL_FILE).read_bytes()
+    store.compact()
+    # A crash between writing the snapshot and emptying the journal.
+    (tmp_path / JOURNAL_FILE).write_bytes(journal)
+    again = MetadataStore(tmp_path)
+    assert set(again.topics) == {"a", "b"}
+
+
+def test_the_journal_is_folded_into_the_snapshot_as_it_grows(tmp_path, monkeypatch):
+    monkeypatch.setattr(metadata_mod, "MIN_COMPACT_BYTES", 2000)
+    store = MetadataStore(tmp_path)
+    for i in range(200):
+        store.create(f"topic-{i}", 1, {})
+    assert (tmp_path / JOURNAL_FILE).stat().st_size <= max(2000, (tmp_path / METADATA_FILE).stat().st_size) + 200
+    assert len(MetadataStore(tmp_path).topics) == 200
+
+
+def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
+    store = MetadataStore(tmp_path)
+    store.create("before", 1, {})
+    size = (tmp_path / JOURNAL_FILE).stat().st_size
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(metadata_mod.os, "fsync", full)
+    with pytest.raises(StorageError) as err:
+        store.create("during", 1, {})
+    assert err.value.transient
+    assert store.get("during") is None and "during" not in {t for t in store.topics}
+    assert (tmp_path / JOURNAL_FILE).stat().st_size == size  # no torn line left behind
+    monkeypatch.undo()
+    store.create("after", 1, {})
+    assert set(MetadataStore(tmp_path).topics) == {"before", "after"}
 
 
 def test_internal_topics():
@@ -171,8 +262,8 @@ def test_producer_ids_never_reused_across_reloads(tmp_path):
 def test_producer_id_block_reserved_on_disk_before_use(tmp_path):
     store = MetadataStore(tmp_path)
     pid = store.allocate_producer_id(block=100)
-    doc = json.loads((tmp_path / METADATA_FILE).read_text())
-    assert doc["producer_id_block_end"] > pid
+    ops = [op for line in (tmp_path / JOURNAL_FILE).read_text().splitlines() for op in json.loads(line)["ops"]]
+    assert ops == [["producer_block", 100]] and pid < 100
     # A crash right now (no further save) must not lead to reuse.
     again = MetadataStore(tmp_path)
     assert again.allocate_producer_id(block=100) > pid

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import uuid
 
@@ -9,6 +11,9 @@ import pytest
 
 from odradek.cluster.metadata import Topic
 from odradek.config import BrokerConfig
+from odradek.log.checkpoint import RECOVERY_POINT_FILE, read_checkpoint
+from odradek.log.errors import CorruptBatch, LogDirOffline, PartitionOffline, StorageError
+from odradek.log.files import FileCache
 from odradek.log.manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA, LogManager, partition_dir
 from odradek.records.batch import validate_batches
 from odradek.records.codec import Record, decode_batches, encode_batch
@@ -43,17 +48,19 @@ def test_partition_dir_layout(data_dir):
     assert partition_dir(data_dir, "orders", 3) == data_dir / "orders-3"
 
 
-def test_open_all_creates_partitions_with_metadata(data_dir):
+def test_partitions_are_opened_on_first_use_with_their_metadata(data_dir):
     t = topic("orders", 3)
     other = topic("audit.log", 1)
     mgr = LogManager(data_dir, T0)
     mgr.open_all([t, other], cfg)
+    # Registering topics touches no disk: 100,000 partitions start as fast as one.
+    assert not any(data_dir.glob("orders-*"))
     for p in range(3):
         d = data_dir / f"orders-{p}"
+        assert mgr.get("orders", p) is not None
         assert d.is_dir()
         meta = (d / PARTITION_METADATA).read_text()
         assert f"topic_id: {t.topic_id}" in meta
-        assert mgr.get("orders", p) is not None
         assert mgr.get("orders", p).directory == d
     assert mgr.get("audit.log", 0) is not None
     assert mgr.get("orders", 3) is None
@@ -127,6 +134,8 @@ def test_directories_of_deleted_topics_removed(data_dir):
     mgr = LogManager(data_dir, T0)
     mgr.open_all([keep, gone], cfg)
     produce(mgr.get("gone", 1))
+    mgr.get("gone", 0)
+    produce(mgr.get("keep", 0))
     mgr.close()
     stranger = data_dir / "not-a-partition"
     stranger.mkdir()
@@ -147,7 +156,10 @@ def test_partition_dir_beyond_current_partition_count_removed(data_dir):
     t = topic("t", 3)
     mgr = LogManager(data_dir, T0)
     mgr.open_all([t], cfg)
+    for p in range(3):
+        mgr.get("t", p)
     mgr.close()
+    assert (data_dir / "t-2").exists()
     again = LogManager(data_dir, T0)
     again.open_all([Topic("t", t.topic_id, 2)], cfg)
     assert not (data_dir / "t-2").exists()
@@ -158,17 +170,22 @@ def test_create_and_delete(data_dir):
     mgr = LogManager(data_dir, T0)
     mgr.open_all([], cfg)
     t = topic("new", 2)
-    logs = mgr.create(t, cfg())
-    assert len(logs) == 2
+    mgr.create(t)
+    assert not any(data_dir.glob("new-*"))  # nothing on disk until used
+    logs = [mgr.get("new", p) for p in range(2)]
     assert all((data_dir / f"new-{p}" / PARTITION_METADATA).exists() for p in range(2))
     produce(logs[0])
-    # Adding partitions opens only the new ones.
+    # Adding partitions registers only the new ones.
     t.partitions = 4
-    more = mgr.create(t, cfg(), first_partition=2)
-    assert [p.directory.name for p in more] == ["new-2", "new-3"]
+    mgr.create(t, first_partition=2)
+    assert [mgr.get("new", p).directory.name for p in (2, 3)] == ["new-2", "new-3"]
     assert mgr.get("new", 0).log_end_offset == 1
     mgr.delete(t)
     assert mgr.get("new", 0) is None
+    # The directories are renamed at once (the name is free again) and removed a few at a time.
+    assert not any(data_dir.glob("new-?"))
+    assert mgr.pending_deletes == 4
+    assert mgr.purge_deleted(budget=3) == 3 and mgr.purge_deleted() == 1
     assert not any(data_dir.glob("new-*"))
     mgr.close()
 
@@ -212,26 +229,33 @@ def _corrupt_last_batch_crc(path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_without_marker_active_segment_is_recovered(data_dir):
+def _kill(mgr) -> None:
+    """What kill -9 leaves: the data written, no flush, no checkpoint, no marker."""
+    for plog in mgr.logs.values():
+        plog.close_files()
+
+
+def test_after_a_kill_unflushed_segments_are_recovered(data_dir):
     t = topic("t")
     mgr = LogManager(data_dir, T0)
     mgr.open_all([t], cfg)
     produce(mgr.get("t", 0), 2)
     produce(mgr.get("t", 0), 3)
-    mgr.close()
-    (data_dir / CLEAN_SHUTDOWN_FILE).unlink()  # as if the broker had been killed
+    _kill(mgr)
     _corrupt_last_batch_crc(data_dir / "t-0" / f"{0:020d}.log")
     again = LogManager(data_dir, T0)
+    assert again.clean_shutdown is False
     again.open_all([t], cfg)
     plog = again.get("t", 0)
     assert plog.recovery and plog.recovery[-1].truncated_bytes > 0
+    assert plog.recovery[-1].dropped_offsets == 3 and plog.recovery[-1].whole_batches_dropped
     assert plog.log_end_offset == 2
     batches = decode_batches(plog.read(0, 10**6).data, verify_crc=True)
     assert [b.header.base_offset for b in batches] == [0]
     again.close()
 
 
-def test_with_marker_active_segment_is_trusted(data_dir):
+def test_flushed_data_is_trusted_and_corruption_in_it_is_reported_on_read(data_dir):
     t = topic("t")
     mgr = LogManager(data_dir, T0)
     mgr.open_all([t], cfg)
@@ -242,9 +266,33 @@ def test_with_marker_active_segment_is_trusted(data_dir):
     again = LogManager(data_dir, T0)
     again.open_all([t], cfg)
     plog = again.get("t", 0)
-    # A clean shutdown flushed every index, so no CRC scan runs at start-up.
+    # A clean shutdown flushed everything (the recovery point is the log end): no scan.
     assert plog.recovery == []
     assert plog.log_end_offset == 5
+    # The flipped batch is never served as if it were fine.
+    assert len(decode_batches(plog.read(0, 10**6).data, verify_crc=True)) == 1
+    with pytest.raises(CorruptBatch):
+        plog.read(2, 10**6)
+    again.close()
+
+
+def test_even_a_clean_shutdown_does_not_skip_recovery_of_partitions_never_opened(data_dir):
+    # Killed with unflushed data, restarted, stopped cleanly without touching the
+    # partition: the next start must still recover it.
+    t = topic("t")
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    produce(mgr.get("t", 0), 2)
+    produce(mgr.get("t", 0), 3)
+    _kill(mgr)
+    _corrupt_last_batch_crc(data_dir / "t-0" / f"{0:020d}.log")
+    quiet = LogManager(data_dir, T0)
+    quiet.open_all([t], cfg)
+    quiet.close()
+    assert (data_dir / CLEAN_SHUTDOWN_FILE).exists()
+    again = LogManager(data_dir, T0)
+    again.open_all([t], cfg)
+    assert again.get("t", 0).log_end_offset == 2
     again.close()
 
 
@@ -256,9 +304,7 @@ def test_without_marker_torn_tail_truncated(data_dir):
     produce(plog, 2)
     size = plog.size_bytes
     # Simulate a kill: no close(), so no marker; half a batch reached the file.
-    for s in plog.segments:
-        os.close(s.fd)
-        s.fd = -1
+    _kill(mgr)
     with open(data_dir / "t-0" / f"{0:020d}.log", "ab") as f:
         f.write(encode_batch([Record(0, T0, b"k", b"v" * 100)])[:90])
     again = LogManager(data_dir, T0)
@@ -269,3 +315,131 @@ def test_without_marker_torn_tail_truncated(data_dir):
     assert plog.log_end_offset == 2
     assert [r.truncated_bytes for r in plog.recovery] == [90]
     again.close()
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def test_a_damaged_partition_goes_offline_and_the_others_serve(data_dir, caplog):
+    t = topic("t", 2)
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    for p in (0, 1):
+        produce(mgr.get("t", p), 3)
+    mgr.close()
+    path = data_dir / "t-0" / f"{0:020d}.log"
+    path.write_bytes(path.read_bytes()[:-10])  # a flushed segment cut short
+    again = LogManager(data_dir, T0)
+    again.open_all([t], cfg)
+    with caplog.at_level(logging.ERROR):
+        with pytest.raises(PartitionOffline):
+            again.get("t", 0)
+    assert "t-0 is offline" in caplog.text and "cut short" in caplog.text
+    assert again.is_offline("t", 0) and not again.is_offline("t", 1)
+    assert again.get("t", 1).log_end_offset == 3
+    with pytest.raises(PartitionOffline):  # stays offline, without a new log line per request
+        again.get("t", 0)
+    assert caplog.text.count("t-0 is offline") == 1
+    again.close()
+
+
+def test_an_io_error_takes_the_directory_offline(data_dir):
+    t = topic("t", 2)
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    produce(mgr.get("t", 0))
+    mgr.report(StorageError("write failed", OSError(errno.EIO, "Input/output error")))
+    assert mgr.health.offline
+    with pytest.raises(LogDirOffline):
+        mgr.get("t", 0)
+    with pytest.raises(LogDirOffline):
+        mgr.get("t", 1)
+    assert mgr.is_offline("t", 1)
+    mgr.close()
+    assert not (data_dir / CLEAN_SHUTDOWN_FILE).exists()  # nothing is claimed about an offline directory
+
+
+def test_thousands_of_partitions_within_a_small_descriptor_budget(data_dir):
+    t = topic("many", 300)
+    files = FileCache(16)
+    mgr = LogManager(data_dir, T0, files)
+    mgr.open_all([t], cfg)
+    for round_ in range(2):
+        for p in range(300):
+            produce(mgr.get("many", p), 1)
+            assert len(files) <= 16
+    mgr.close()
+    again = LogManager(data_dir, T0, FileCache(16))
+    again.open_all([t], cfg)
+    assert all(again.get("many", p).log_end_offset == 2 for p in range(300))
+    again.close()
+
+
+def test_recovery_points_are_checkpointed_in_kafkas_file(data_dir):
+    t = topic("t")
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    produce(mgr.get("t", 0), 4)
+    assert mgr.checkpoint() is True
+    assert read_checkpoint(data_dir / RECOVERY_POINT_FILE) == {("t", 0): 0}  # nothing fsynced yet
+    mgr.get("t", 0).flush(T0)
+    assert mgr.checkpoint() is True and mgr.checkpoint() is False  # unchanged: not rewritten
+    assert read_checkpoint(data_dir / RECOVERY_POINT_FILE) == {("t", 0): 4}
+    mgr.close()
+
+
+def test_leftover_directories_of_deleted_topics_are_removed(data_dir):
+    leftover = data_dir / "gone-0.0123abcd-delete"
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"x")
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([], cfg)
+    assert mgr.pending_deletes == 1
+    mgr.close()
+    assert not leftover.exists()
+
+
+def _is_segment(fd: int) -> bool:
+    return os.readlink(f"/proc/self/fd/{fd}").endswith(".log")
+
+
+def test_a_clean_shutdown_syncs_the_filesystem_once_not_every_segment(data_dir, monkeypatch):
+    from odradek.log import manager as manager_mod
+    from odradek.log import segment as segment_mod
+
+    t = topic("t", 50)
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    for p in range(50):
+        produce(mgr.get("t", p))
+    syncs, fsyncs = [], []
+    real_sync = manager_mod.sync_filesystem
+    monkeypatch.setattr(manager_mod, "sync_filesystem", lambda d: syncs.append(d) or real_sync(d))
+    real = os.fsync
+    monkeypatch.setattr(segment_mod.os, "fsync", lambda fd: _is_segment(fd) and fsyncs.append(fd) or real(fd))
+    mgr.close()
+    assert syncs == [data_dir] and fsyncs == []
+    # ... and the recovery points say everything is flushed: nothing to recover next time.
+    assert read_checkpoint(data_dir / RECOVERY_POINT_FILE) == {("t", p): 1 for p in range(50)}
+    monkeypatch.undo()
+    again = LogManager(data_dir, T0)
+    again.open_all([t], cfg)
+    assert all(again.get("t", p).log_end_offset == 1 and again.get("t", p).recovery == [] for p in range(50))
+    again.close()
+
+
+def test_without_syncfs_every_segment_is_fsynced_at_shutdown(data_dir, monkeypatch):
+    from odradek.log import manager as manager_mod
+    from odradek.log import segment as segment_mod
+
+    t = topic("t", 5)
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    for p in range(5):
+        produce(mgr.get("t", p))
+    fsyncs = []
+    real = os.fsync
+    monkeypatch.setattr(manager_mod, "sync_filesystem", lambda d: False)
+    monkeypatch.setattr(segment_mod.os, "fsync", lambda fd: _is_segment(fd) and fsyncs.append(fd) or real(fd))
+    mgr.close()
+    assert len(fsyncs) == 5

@@ -3,6 +3,7 @@ LogAppendTime, flush policy and timestamp lookups. Time is always injected."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -10,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek.config import BrokerConfig
+from odradek.log import segment as segment_mod
+from odradek.log.errors import CorruptBatch, SegmentDamaged, StorageError
 from odradek.log.partition import AppendInfo, OffsetOutOfRange, PartitionLog
 from odradek.records.batch import iter_headers, validate_batches
 from odradek.records.codec import LOG_APPEND_TIME, LZ4, Record, decode_batches, encode_batch
@@ -672,3 +675,145 @@ def test_unclean_reopen_with_random_tail_property(tmp_path_factory, counts, tail
         assert info.base_offset == sum(counts)
     finally:
         again.close()
+
+
+# ----------------------------------------------------------------------------- 32-bit index range
+
+
+def test_the_log_rolls_before_offsets_leave_the_segments_index_range(logdir, monkeypatch):
+    monkeypatch.setattr(segment_mod, "MAX_RELATIVE_OFFSET", 10)
+    plog = PartitionLog(logdir, config(), T0)
+    for _ in range(5):
+        produce(plog, T0, count=4)
+    assert [s.base_offset for s in plog.segments] == [0, 8, 16]
+    assert all(s.next_offset - 1 - s.base_offset <= 10 for s in plog.segments)
+    plog.close()
+    again = PartitionLog(logdir, config(), T0)  # and every segment loads again
+    assert again.log_end_offset == 20
+    again.close()
+
+
+def test_the_log_rolls_before_positions_leave_the_index_range(logdir, monkeypatch):
+    monkeypatch.setattr(segment_mod, "MAX_POSITION", 2 * batch_size(3) + 10)
+    plog = PartitionLog(logdir, config(), T0)
+    for _ in range(4):
+        produce(plog, T0, count=3)
+    assert len(plog.segments) == 2 and all(s.size <= segment_mod.MAX_POSITION for s in plog.segments)
+    plog.close()
+
+
+# ----------------------------------------------------------------------------- failed writes
+
+
+def _fail_writes(monkeypatch, code=errno.ENOSPC, fsync=False):
+    state = {"on": True}
+    real_write, real_fsync = os.write, os.fsync
+
+    def write(fd, data):
+        if state["on"] and not fsync:
+            real_write(fd, bytes(memoryview(data)[: len(data) // 2]))
+            raise OSError(code, os.strerror(code))
+        return real_write(fd, data)
+
+    def do_fsync(fd):
+        if state["on"] and fsync:
+            raise OSError(code, os.strerror(code))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(segment_mod.os, "write", write)
+    monkeypatch.setattr(segment_mod.os, "fsync", do_fsync)
+    return state
+
+
+@pytest.mark.parametrize("fsync", [False, True], ids=["write", "fsync"])
+def test_a_refused_append_changes_nothing_and_the_next_lands_right(logdir, monkeypatch, fsync):
+    cfg = config(flush_messages=1) if fsync else config()
+    plog = PartitionLog(logdir, cfg, T0)
+    produce(plog, T0, count=3, producer_id=7, producer_epoch=0, base_sequence=0)
+    before = (plog.log_end_offset, plog.size_bytes, [s.size for s in plog.segments])
+    state = _fail_writes(monkeypatch, fsync=fsync)
+    with pytest.raises(StorageError):
+        produce(plog, T0, count=2, producer_id=7, producer_epoch=0, base_sequence=3)
+    assert (plog.log_end_offset, plog.size_bytes, [s.size for s in plog.segments]) == before
+    state["on"] = False
+    # The producer retries the same sequence: accepted as new, not a duplicate.
+    info, _ = produce(plog, T0, count=2, producer_id=7, producer_epoch=0, base_sequence=3)
+    assert info.base_offset == 3
+    assert [b.header.base_offset for b in all_batches(plog)] == [0, 3]
+    plog.close()
+    again = PartitionLog(logdir, cfg, T0, recovery_point=0)
+    assert again.log_end_offset == 5 and all(r.truncated_bytes == 0 for r in again.recovery)
+    again.close()
+
+
+# ----------------------------------------------------------------------------- recovery point
+
+
+def test_rolled_segments_are_flushed_later_and_advance_the_recovery_point(logdir):
+    plog = PartitionLog(logdir, config(segment_bytes=batch_size(2) * 2), T0)
+    for _ in range(5):
+        produce(plog, T0, count=2)
+    assert plog.recovery_point == 0
+    assert [s.base_offset for s in plog.rolled_unflushed] == [0, 4]
+    plog.mark_flushed(plog.rolled_unflushed[1])  # out of order: the older one is still unflushed
+    assert plog.recovery_point == 0
+    plog.mark_flushed(plog.rolled_unflushed[0])
+    assert plog.recovery_point == 8 and plog.rolled_unflushed == []
+    plog.flush(T0)
+    assert plog.recovery_point == 10
+    plog.close()
+
+
+def test_an_unclean_start_recovers_from_the_recovery_point_only(logdir):
+    plog = PartitionLog(logdir, config(segment_bytes=batch_size(2) * 2), T0)
+    for _ in range(6):
+        produce(plog, T0, count=2)
+    bases = [s.base_offset for s in plog.segments]
+    assert bases == [0, 4, 8]
+    plog.close_files()
+    # Flip a record byte in the first (flushed) segment and in the second (unflushed).
+    for base in (0, 4):
+        path = logdir / f"{base:020d}.log"
+        data = bytearray(path.read_bytes())
+        data[-3] ^= 0x01
+        path.write_bytes(bytes(data))
+    again = PartitionLog(logdir, config(segment_bytes=batch_size(2) * 2), T0, recovery_point=4)
+    # Segment 0 is trusted (its corruption is found by reads); segment 4 is recovered:
+    # truncated at its bad last batch, and segment 8 after it removed.
+    assert [s.base_offset for s in again.segments] == [0, 4]
+    (result,) = [r for r in again.recovery if r.truncated_bytes]
+    assert result.first_dropped_offset == 6 and result.dropped_offsets == 6 and result.whole_batches_dropped
+    assert again.log_end_offset == 6
+    with pytest.raises(CorruptBatch):
+        again.read(2, 1 << 20)
+    assert len(decode_batches(again.read(0, 1 << 20).data, verify_crc=True)) == 1
+    again.close()
+
+
+def test_a_flushed_segment_cut_short_takes_the_partition_offline(logdir):
+    plog = PartitionLog(logdir, config(segment_bytes=batch_size(2) * 2), T0)
+    for _ in range(4):
+        produce(plog, T0, count=2)
+    plog.close()
+    path = logdir / f"{0:020d}.log"
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(SegmentDamaged) as err:
+        PartitionLog(logdir, config(segment_bytes=batch_size(2) * 2), T0)
+    assert err.value.offset == 2
+
+
+def test_reads_stop_before_a_corrupt_batch(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    stored = [produce(plog, T0, count=2)[1] for _ in range(3)]
+    plog.close_files()
+    path = logdir / f"{0:020d}.log"
+    data = bytearray(path.read_bytes())
+    data[len(stored[0]) + len(stored[1]) - 2] ^= 0x01  # inside the second batch
+    path.write_bytes(bytes(data))
+    plog = PartitionLog(logdir, config(), T0)
+    assert plog.read(0, 1 << 20).data == stored[0]  # the good prefix only
+    with pytest.raises(CorruptBatch) as err:
+        plog.read(2, 1 << 20)
+    assert err.value.offset == 2
+    assert plog.read(4, 1 << 20).data == stored[2]
+    plog.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from odradek.log import segment as segment_mod
 from odradek.log.index import IndexCorrupt  # noqa: F401  (documents what load() guards against)
+from odradek.log.errors import CorruptBatch, SegmentDamaged, StorageError
 from odradek.log.segment import RecoveryResult, Segment, segment_name
 from odradek.records.batch import CRC_OFFSET, iter_headers
 from odradek.records.codec import GZIP, Record, decode_batches, encode_batch
@@ -167,7 +169,7 @@ def test_find_timestamp_matches_linear_scan(tmp_path_factory, stamps, interval, 
         for reopened in (False, True):
             if reopened:  # the same answers from indexes loaded off disk
                 seg = reopen(seg)
-                assert seg.load(trust_indexes=True) is None
+                assert seg.load() is None
             assert seg.max_timestamp == max(stamps)
             for probe in probes + stamps:
                 expected = next((BASE + i for i, ts in enumerate(stamps) if ts >= probe), None)
@@ -226,7 +228,7 @@ def test_recovery_truncates_torn_large_batch(tmp_path):
     with open(seg.path, "ab") as f:
         f.write(raw[: len(raw) // 2])
     seg = reopen(seg)
-    result = seg.load(trust_indexes=False)
+    result = seg.recover()
     assert result.truncated_bytes == len(raw) // 2
     assert seg.size == keep and os.path.getsize(seg.path) == keep
     assert seg.next_offset == BASE + 2
@@ -256,7 +258,11 @@ def test_recovery_truncates_torn_tail(tmp_path, case):
     seg.path.write_bytes(fn(good))
     seg = Segment(tmp_path, BASE, 100, T0)
     result = seg.recover()
-    assert result == RecoveryResult(torn, 3)
+    assert (result.truncated_bytes, result.batches) == (torn, 3)
+    # What was dropped is reported: a torn tail loses no whole batch; the half batch
+    # and the lone header still name the two offsets they held.
+    assert not result.whole_batches_dropped and result.first_dropped_offset == BASE + 9
+    assert result.dropped_offsets == (2 if case in ("half-batch", "header-only") else 0)
     assert read_file(seg) == good
     assert seg.size == len(good)
     assert seg.next_offset == BASE + 9
@@ -286,8 +292,10 @@ def test_recovery_drops_last_batch_with_bad_crc(tmp_path, where):
     data[i] ^= 0x55
     seg.path.write_bytes(bytes(data))
     seg = Segment(tmp_path, BASE, 4096, T0)
-    result = seg.load(trust_indexes=False)
-    assert result == RecoveryResult(len(batches[-1][2]), 2)
+    result = seg.recover()
+    assert (result.truncated_bytes, result.batches) == (len(batches[-1][2]), 2)
+    # A whole batch (four offsets) was lost: corruption, not an interrupted write.
+    assert result.whole_batches_dropped and result.dropped_offsets == 4 and "CRC" in result.reason
     assert seg.next_offset == batches[-1][0]
     assert read_file(seg) == batches[0][2] + batches[1][2]
     seg.close()
@@ -343,7 +351,7 @@ def test_load_trusting_flushed_indexes(tmp_path):
     expected = (seg.next_offset, seg.max_timestamp, seg.max_timestamp_position, seg.size)
     idx = (list(seg.index.keys), list(seg.index.values))
     seg = reopen(seg)
-    assert seg.load(trust_indexes=True) is None  # no recovery needed
+    assert seg.load() is None  # no recovery needed
     assert (seg.next_offset, seg.max_timestamp, seg.max_timestamp_position, seg.size) == expected
     assert (seg.index.keys, seg.index.values) == idx
     assert seg.first_batch_timestamp == T0 + 1  # max timestamp of the first batch (2 records: T0, T0+1)
@@ -359,7 +367,7 @@ def test_load_max_timestamp_not_in_last_batch(tmp_path):
         append(seg, make_batch(BASE + i, 1, ts))
     pos = seg.max_timestamp_position
     seg = reopen(seg)
-    assert seg.load(trust_indexes=True) is None
+    assert seg.load() is None
     assert seg.max_timestamp == 900
     assert seg.max_timestamp_position == pos
     assert seg.batch_at(pos).base_offset == BASE + 1
@@ -377,7 +385,7 @@ def test_load_with_stale_but_sane_indexes_scans_the_tail(tmp_path):
     os.close(seg.fd)
     seg.fd = -1
     seg = Segment(tmp_path, BASE, 0, T0)
-    assert seg.load(trust_indexes=True) is None
+    assert seg.load() is None
     assert seg.next_offset == expected_next
     assert seg.max_timestamp == expected_max
     assert seg.find(expected_next - 1).last_offset == expected_next - 1
@@ -394,7 +402,7 @@ def test_load_with_missing_index_files_rebuilds(tmp_path, missing):
         seg.index.path.unlink()
     if missing in ("timeindex", "both"):
         seg.time_index.path.unlink()
-    result = seg.load(trust_indexes=True)
+    result = seg.load()
     assert result == RecoveryResult(0, 3)
     assert (seg.next_offset, seg.max_timestamp, seg.index.keys, seg.time_index.keys) == expected
     assert seg.index.path.exists() and seg.time_index.path.exists()
@@ -435,7 +443,7 @@ def test_load_with_corrupt_index_files_rebuilds(tmp_path, how):
                 list(seg.index.keys), list(seg.index.values), list(seg.time_index.keys))
     seg = reopen(seg)
     _corrupt_index(seg, how)
-    result = seg.load(trust_indexes=True)
+    result = seg.load()
     assert isinstance(result, RecoveryResult)
     assert result.truncated_bytes == 0 and result.batches == 3
     assert (seg.next_offset, seg.max_timestamp, seg.max_timestamp_position,
@@ -452,7 +460,9 @@ def test_load_with_corrupt_index_files_rebuilds(tmp_path, how):
     seg.close()
 
 
-def test_load_trusting_indexes_still_detects_torn_tail(tmp_path):
+def test_load_of_a_flushed_segment_cut_short_is_damage_not_truncation(tmp_path):
+    # A flushed segment with a torn end lost acknowledged data: loading says so and
+    # changes nothing on disk (the partition goes offline); only recover() truncates.
     seg = new_segment(tmp_path)
     fill(seg, [2, 2])
     good = seg.size
@@ -461,16 +471,36 @@ def test_load_trusting_indexes_still_detects_torn_tail(tmp_path):
         f.write(make_batch(BASE + 4, 3, T0)[:80])
     seg.close()
     seg = Segment(tmp_path, BASE, 4096, T0)
-    result = seg.load(trust_indexes=True)
-    assert result == RecoveryResult(80, 2)
-    assert seg.size == good
+    with pytest.raises(SegmentDamaged) as err:
+        seg.load()
+    assert err.value.offset == BASE + 4 and "cut short" in str(err.value)
+    assert os.path.getsize(seg.path) == good + 80
+    assert seg.recover().truncated_bytes == 80 and seg.size == good
+    seg.close()
+
+
+def test_load_of_a_segment_holding_an_unindexable_batch_is_damage(tmp_path):
+    # RELIABILITY.md item 1: a stored batch whose offsets overflow the 32-bit relative
+    # offsets of its segment's index.
+    seg = new_segment(tmp_path)
+    fill(seg, [2])
+    seg = reopen(seg)
+    big = bytearray(make_batch(BASE + 2, 1, T0))
+    struct.pack_into(">i", big, 23, 2**31 - 2)  # last offset delta
+    with open(seg.path, "ab") as f:
+        f.write(big)
+    seg.index.path.unlink()
+    seg = Segment(tmp_path, BASE, 4096, T0)
+    with pytest.raises(SegmentDamaged) as err:
+        seg.load()
+    assert "overflow" in str(err.value)
     seg.close()
 
 
 def test_load_empty_segment(tmp_path):
     seg = new_segment(tmp_path)
     seg = reopen(seg)
-    assert seg.load(trust_indexes=True) is None
+    assert seg.load() is None
     assert seg.next_offset == BASE and seg.size == 0 and seg.max_timestamp == -1
     seg.close()
 
@@ -531,3 +561,133 @@ def test_headers_with_any_chunk_size_property(tmp_path_factory, sizes, chunk):
         assert got == expected
     finally:
         seg.close()
+
+
+# ----------------------------------------------------------------------------- failing disks
+
+
+class _FullDisk:
+    """os.write/os.fsync stand-ins for one descriptor: the disk fills after `room` bytes."""
+
+    def __init__(self, monkeypatch, seg: Segment, room: int, code: int = errno.ENOSPC, fsync_fails: bool = False):
+        self.room = room
+        self.code = code
+        real_write, real_fsync = os.write, os.fsync
+
+        def write(fd, data):
+            if fd != seg.fd:
+                return real_write(fd, data)
+            if self.room <= 0:
+                raise OSError(self.code, os.strerror(self.code))
+            n = real_write(fd, bytes(memoryview(data)[: self.room]))  # a partial write, as a filling disk gives
+            self.room -= n
+            return n
+
+        def fsync(fd):
+            if fd == seg.fd and fsync_fails:
+                raise OSError(self.code, os.strerror(self.code))
+            return real_fsync(fd)
+
+        monkeypatch.setattr(segment_mod.os, "write", write)
+        monkeypatch.setattr(segment_mod.os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("room", [0, 1, 60, 200])
+def test_a_write_that_fills_the_disk_leaves_no_trace(tmp_path, monkeypatch, room):
+    seg = new_segment(tmp_path, interval=0)
+    fill(seg, [2, 3])
+    before = (seg.size, seg.next_offset, list(seg.index.keys), read_file(seg))
+    disk = _FullDisk(monkeypatch, seg, room)
+    raw = make_batch(seg.next_offset, 4, T0, value_size=100)
+    with pytest.raises(StorageError) as err:
+        append(seg, raw)
+    assert err.value.transient and err.value.undone and err.value.errno == errno.ENOSPC
+    assert (seg.size, seg.next_offset, list(seg.index.keys), read_file(seg)) == before
+    # Space comes back: the retried write lands at the right position.
+    disk.room = 1 << 20
+    append(seg, raw)
+    assert read_file(seg) == before[3] + raw
+    assert seg.find(before[1]).position == before[0]
+    seg = reopen(seg)
+    assert seg.load() is None and seg.next_offset == before[1] + 4
+    seg.close()
+
+
+def test_a_failed_fsync_undoes_the_write_too(tmp_path, monkeypatch):
+    seg = new_segment(tmp_path)
+    fill(seg, [2])
+    size = seg.size
+    _FullDisk(monkeypatch, seg, 1 << 20, code=errno.EIO, fsync_fails=True)
+    raw = make_batch(seg.next_offset, 1, T0)
+    with pytest.raises(StorageError) as err:
+        seg.append(raw, list(iter_headers(raw)), fsync=True)
+    assert not err.value.transient
+    assert seg.size == size == os.path.getsize(seg.path)
+
+
+def test_a_write_that_cannot_be_cut_back_says_so(tmp_path, monkeypatch):
+    seg = new_segment(tmp_path)
+    fill(seg, [2])
+    _FullDisk(monkeypatch, seg, 10, code=errno.EIO)
+
+    def no_truncate(fd, size):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(segment_mod.os, "ftruncate", no_truncate)
+    with pytest.raises(StorageError) as err:
+        append(seg, make_batch(seg.next_offset, 1, T0))
+    assert err.value.undone is False
+
+
+def test_can_hold_guards_the_32_bit_index():
+    seg = Segment.__new__(Segment)
+    seg.base_offset, seg.size = 1000, 100
+    assert seg.can_hold(1000 + 2**31 - 1, 10)
+    assert not seg.can_hold(1000 + 2**31, 10)  # relative offset would not fit
+    assert not seg.can_hold(1001, 2**31)  # nor the position
+
+
+def test_reads_check_crcs_and_a_broken_header_is_corruption_not_the_end(tmp_path):
+    seg = new_segment(tmp_path, interval=1 << 20)  # one index entry: reads scan headers
+    batches = fill(seg, [2, 2, 2])
+    data = bytearray(read_file(seg))
+    pos2 = len(batches[0][2]) + len(batches[1][2])
+    data[pos2 - 5] ^= 0x10  # a record byte of the second batch
+    seg.close()
+    seg.path.write_bytes(bytes(data))
+    seg = Segment(tmp_path, BASE, 1 << 20, T0)
+    seg.load()
+    whole = seg.pread(0, seg.size)
+    assert seg.verify_crcs(whole, 0) == len(batches[0][2])  # stops before the bad batch
+    with pytest.raises(CorruptBatch) as err:
+        seg.verify_crcs(whole[len(batches[0][2]):], len(batches[0][2]))
+    assert err.value.offset == BASE + 2
+    # A header that does not parse in the middle of the file (its length field zeroed).
+    data[len(batches[0][2]) + 8 : len(batches[0][2]) + 12] = b"\x00\x00\x00\x00"
+    seg.close()
+    seg.path.write_bytes(bytes(data))
+    seg = Segment(tmp_path, BASE, 1 << 20, T0)
+    seg.size = len(data)
+    with pytest.raises(CorruptBatch):
+        seg.find(BASE + 4)
+    seg.close()
+
+
+def test_small_segments_keep_their_indexes_in_memory_only(tmp_path, monkeypatch):
+    # Creating two index files per partition made a clean shutdown with 20,000 small
+    # partitions take 10-18 s; a short scan at the next load rebuilds them instead.
+    monkeypatch.setattr(segment_mod, "INDEX_FILE_MIN_BYTES", 64 * 1024)
+    seg = new_segment(tmp_path, interval=0)
+    fill(seg, [2, 3])
+    expected = (seg.next_offset, list(seg.index.keys), seg.max_timestamp)
+    seg.close()
+    assert not seg.index.path.exists() and not seg.time_index.path.exists()
+    seg = Segment(tmp_path, BASE, 0, T0)
+    assert seg.load() == RecoveryResult(0, 2)  # rebuilt by scanning
+    assert (seg.next_offset, seg.index.keys, seg.max_timestamp) == expected
+    fill(seg, [400], value_size=200)  # past the threshold: now worth files
+    seg.close()
+    assert seg.index.path.exists() and seg.time_index.path.exists()
+    seg = Segment(tmp_path, BASE, 0, T0)
+    assert seg.load() is None
+    seg.close()

@@ -9,11 +9,18 @@ tests drive `handle_frame` directly.
 Who is at fault (DESIGN principle 8): a frame that does not parse, or names an api key
 or version we do not serve, raises CloseConnection (ApiVersions instead gets the KIP-511
 fallback). A bug in a handler is logged and closes only that connection; the broker
-never dies from what a client sends.
+never dies from what a client sends. A disk that fails under a request is not a bug:
+handlers answer KAFKA_STORAGE_ERROR where the API has a place for it; elsewhere (a
+coordinator write) the connection is closed without a traceback and the client retries.
+
+Topics are created in batches (`create_topics`): one cluster-metadata write for a whole
+CreateTopics request or a Metadata request auto-creating many names, and no disk I/O per
+partition (partitions are opened on first use, see log/manager.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -22,8 +29,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cluster.metadata import MetadataStore, Topic, TopicCollision, TopicExists
-from ..cluster.names import InvalidTopicName, validate_topic_name
+from ..cluster.names import InvalidTopicName, collision_key, validate_topic_name
 from ..config import BrokerConfig, resolve_topic_config
+from ..coordinator.runtime import ShardNotLoaded
+from ..log.errors import LogDirOffline, StorageError
+from ..log.files import FileCache, capacity_for_limit, raise_fd_limit
 from ..log.manager import LogManager
 from ..log.partition import PartitionLog
 from ..protocol.messages import (
@@ -40,6 +50,25 @@ from .registry import APIS, supported_versions
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS_PER_TOPIC = 10_000  # odradek limit: each partition is a directory of files
+# Kafka's controller (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH): a CreateTopics
+# request may create at most this many partitions; more is POLICY_VIOLATION for all.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+CREATE_SLICE = 1000  # topics per metadata write when a request creates many
+HEAVY_RESPONSE_ENTRIES = 2000  # responses this big are encoded in a worker thread
+
+
+def _entries(result: dict) -> int:
+    """Topics and partitions in a response: what its encoding time grows with."""
+    n = 0
+    for value in result.values():
+        if isinstance(value, list) and value:
+            n += len(value)
+            if isinstance(value[0], dict):
+                for item in value:
+                    parts = item.get("partitions")
+                    if isinstance(parts, list):
+                        n += len(parts)
+    return n
 
 
 def wall_clock_ms() -> int:
@@ -56,12 +85,14 @@ class Broker:
         self.config = config
         self.clock = clock
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        # Descriptors are a budget: segments get a share of the (raised) process limit.
+        self.fd_limit = raise_fd_limit()
+        self.files = FileCache(capacity_for_limit(self.fd_limit, config.log_max_open_files))
         self.metadata = MetadataStore(config.data_dir, *([new_id] if new_id else []))
-        self.logs = LogManager(config.data_dir, clock())
+        self.logs = LogManager(config.data_dir, clock(), self.files)
+        self.logs.on_open.append(self._watch)
         self.logs.open_all(self.metadata.topics.values(), self.topic_config)
         self.purgatory = Purgatory()
-        for (topic, partition), plog in self.logs.logs.items():
-            self._watch(topic, partition, plog)
         self.supported = supported_versions()
         self.closed = False
         self.internal_errors = 0  # handler bugs; tests assert this stays 0
@@ -82,13 +113,37 @@ class Broker:
         key = (topic, partition)
         plog.listeners.append(lambda _log: self.purgatory.notify(key))
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
-        """Create a validated topic (callers check names, counts and configs first)."""
-        topic = self.metadata.create(name, partitions, configs)
-        for p, plog in enumerate(self.logs.create(topic, self.topic_config(topic))):
-            self._watch(name, p, plog)
+    async def open_partitions(self, keys: list[tuple[str, int]]) -> None:
+        """Create, in a worker thread, the files of partitions about to be used for the
+        first time (see LogManager.prepare_dirs); opening them then costs the loop little."""
+        todo = self.logs.unprepared(keys)
+        if todo and not self.logs.health.offline:
+            await asyncio.to_thread(self.logs.prepare_dirs, todo)
+
+    def _check_writable(self) -> None:
+        if self.logs.health.offline:
+            raise LogDirOffline(f"log directory {self.config.data_dir} is offline: {self.logs.health.reason}")
+
+    def storage_failed(self, exc: StorageError) -> None:
+        """Every StorageError a handler meets goes here: the log directory's health decides."""
+        self.logs.report(exc)
+
+    def create_topics(self, specs: list[tuple[str, int, dict[str, str]]]) -> list[Topic]:
+        """Create validated topics with one metadata write (callers check names, counts and
+        configs first). Raises TopicExists/TopicCollision, or StorageError with nothing created."""
+        self._check_writable()
+        try:
+            topics = self.metadata.create_many(specs)
+        except StorageError as exc:
+            self.storage_failed(exc)
+            raise
+        for topic in topics:
+            self.logs.create(topic)
         self._topics_changed()
-        return topic
+        return topics
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
+        return self.create_topics([(name, partitions, configs)])[0]
 
     def _topics_changed(self) -> None:
         # KIP-848 "Group Epoch": partition metadata changes bump subscribed groups' epochs.
@@ -96,29 +151,105 @@ class Broker:
             self.coordinator.topics_changed()
 
     def delete_topic(self, topic: Topic) -> None:
+        self._check_writable()
+        try:
+            self.metadata.delete(topic.name)
+        except StorageError as exc:
+            self.storage_failed(exc)
+            raise
         self.logs.delete(topic)
-        self.metadata.delete(topic.name)
         self.purgatory.notify_topic(topic.name)
         self._topics_changed()
 
     def add_partitions(self, topic: Topic, count: int) -> None:
-        old = topic.partitions
-        self.metadata.set_partitions(topic.name, count)
-        for i, plog in enumerate(self.logs.create(topic, self.topic_config(topic), first_partition=old)):
-            self._watch(topic.name, old + i, plog)
+        self.add_partitions_many({topic.name: count})
+
+    def add_partitions_many(self, counts: dict[str, int]) -> None:
+        self._check_writable()
+        old = {name: self.metadata.topics[name].partitions for name in counts}
+        try:
+            self.metadata.set_partitions_many(counts)
+        except StorageError as exc:
+            self.storage_failed(exc)
+            raise
+        for name in counts:
+            topic = self.metadata.topics[name]
+            self.logs.create(topic, first_partition=old[name])
         self._topics_changed()
 
-    def auto_create(self, name: str) -> Topic | None:
-        """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
+    def auto_creatable(self, name: str) -> bool:
         if not self.config.auto_create_topics:
-            return None
+            return False
         try:
             validate_topic_name(name)
             self.metadata.check_create(name)
         except (InvalidTopicName, TopicExists, TopicCollision):
-            return None
-        log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
-        return self.create_topic(name, self.config.num_partitions, {})
+            return False
+        return True
+
+    def _auto_create_specs(self, names: list[str]) -> list[tuple[str, int, dict[str, str]]]:
+        wanted: dict[str, None] = {}
+        keys = set()
+        for name in names:
+            if name in wanted or not self.auto_creatable(name):
+                continue
+            key = collision_key(name)
+            if key in keys:
+                continue  # two names of this request collide: the first wins, as one at a time would
+            keys.add(key)
+            wanted[name] = None
+        if wanted:
+            log.info("auto-creating %d topic(s) with %d partitions: %s%s", len(wanted), self.config.num_partitions,
+                     ", ".join(list(wanted)[:5]), " ..." if len(wanted) > 5 else "")
+        return [(name, self.config.num_partitions, {}) for name in wanted]
+
+    def auto_create_many(self, names: list[str]) -> dict[str, Topic]:
+        """Create every creatable name with the broker defaults, in one metadata write.
+        Names that cannot be created are left out; a storage failure creates none."""
+        specs = self._auto_create_specs(names)
+        try:
+            topics = self.create_topics(specs) if specs else []
+        except StorageError:
+            return {}
+        return {t.name: t for t in topics}
+
+    async def auto_create_many_async(self, names: list[str]) -> dict[str, Topic]:
+        """`auto_create_many` in slices, yielding to the event loop between them."""
+        results = await self.create_topics_sliced(self._auto_create_specs(names))
+        return {t.name: t for t in results if isinstance(t, Topic)}
+
+    async def create_topics_sliced(self, specs: list[tuple[str, int, dict[str, str]]],
+                                   size: int = CREATE_SLICE) -> list[Topic | Exception]:
+        """Create validated topics a slice at a time (one metadata write each), so that a
+        request creating 10,000 topics never holds the event loop for long. Returns, per
+        spec, its Topic or the exception that stopped it (a name taken meanwhile, or a
+        storage failure)."""
+        out: list[Topic | Exception] = []
+        for i in range(0, len(specs), size):
+            if i:
+                await asyncio.sleep(0)
+            chunk = specs[i : i + size]
+            results: dict[str, Topic | Exception] = {}
+            ready = []
+            for spec in chunk:  # a concurrent request may have taken a name since validation
+                try:
+                    self.metadata.check_create(spec[0])
+                    ready.append(spec)
+                except (TopicExists, TopicCollision) as exc:
+                    results[spec[0]] = exc
+            if ready:
+                try:
+                    for topic in self.create_topics(ready):
+                        results[topic.name] = topic
+                except StorageError as exc:
+                    for spec in ready:
+                        results[spec[0]] = exc
+            out.extend(results[spec[0]] for spec in chunk)
+        return out
+
+    def auto_create(self, name: str) -> Topic | None:
+        """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
+        return self.auto_create_many([name]).get(name)
 
     # --- requests --------------------------------------------------------------------
 
@@ -146,9 +277,20 @@ class Broker:
                 result = await result
             if result is None:
                 return None
+            if isinstance(result, dict) and _entries(result) > HEAVY_RESPONSE_ENTRIES:
+                # Encoding 10,000 topics takes a quarter of a second of Python: in a worker
+                # thread the event loop keeps its turns (the GIL switches every 5 ms) and
+                # other clients are served meanwhile. The result is this request's alone.
+                return await asyncio.to_thread(encode_response, request, result)
             return encode_response(request, result)
         except CloseConnection:
             raise
+        except StorageError as exc:  # the disk, not a bug: no traceback, the client retries
+            self.storage_failed(exc)
+            log.warning("closing connection: %s v%d met a storage failure: %s", api.name, request.api_version, exc)
+            raise CloseConnection(f"storage failure in {api.name}") from exc
+        except ShardNotLoaded as exc:  # its partition failed to load (logged then)
+            raise CloseConnection(f"{api.name}: {exc}") from exc
         except Exception as exc:  # a bug of ours: this connection only
             self.internal_errors += 1
             log.exception("handler for %s v%d failed", api.name, request.api_version)
@@ -161,7 +303,14 @@ class Broker:
 
     def coordinator_tick(self, now_ms: int | None = None) -> int:
         """Run the group coordinator's due timers (session, rebalance, offset expiry)."""
-        return self.coordinator.tick(now_ms) if self.coordinator is not None else 0
+        if self.coordinator is None:
+            return 0
+        try:
+            return self.coordinator.tick(now_ms)
+        except StorageError as exc:
+            self.storage_failed(exc)
+            log.warning("a group coordinator timer could not write its records: %s", exc)
+            return 0
 
     def retention(self, now_ms: int | None = None) -> int:
         return self.logs.retention(self.clock() if now_ms is None else now_ms)
@@ -171,9 +320,13 @@ class Broker:
 
         now = self.clock() if now_ms is None else now_ms
         done = 0
-        for plog in list(self.logs.logs.values()):
+        for (topic, partition), plog in list(self.logs.logs.items()):
             if "compact" in plog.config["cleanup.policy"]:
-                done += compact_log(plog, now)
+                try:
+                    done += compact_log(plog, now)
+                except StorageError as exc:
+                    self.storage_failed(exc)
+                    log.warning("compaction of %s-%d failed: %s", topic, partition, exc)
         return done
 
     def close(self) -> None:

@@ -5,6 +5,12 @@ writer that appends each result's records as one RecordBatch to the shard's part
 of `__consumer_offsets` (a compacted topic, created at start-up with
 `offsets.topic.num.partitions` partitions), loads every partition at start-up by
 decoding its batches and replaying them, and tells the runtime when topics change.
+
+A write that the disk refuses (StorageError) leaves the shard as its log says it is:
+the runtime replays records only after the writer returned, and the shard is reloaded
+from the log anyway, so nothing a handler prepared survives (issue 16 replaces this
+with deferred completion). A partition that cannot be loaded (offline, corrupt) leaves
+its shard unloaded and its groups unavailable; the other shards serve.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from ..coordinator.config import CoordinatorConfig
 from ..coordinator.consumer.model import TopicMeta
 from ..coordinator.image import MetadataImage
 from ..coordinator.runtime import CoordinatorRuntime
+from ..log.errors import StorageError
 from ..records.batch import read_header
-from ..records.codec import encode_batch, key_values
+from ..records.codec import CodecError, encode_batch, key_values
 
 log = logging.getLogger(__name__)
+
+RELOAD_BACKOFF_MS = 5_000
 
 
 class GroupCoordinator:
@@ -34,6 +43,8 @@ class GroupCoordinator:
         )
         self.load_time_ms = 0.0
         self.records_loaded = 0
+        self.unavailable: dict[int, int] = {}  # shard -> when to try loading it again (ms)
+        self._loading: set[int] = set()
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -70,30 +81,62 @@ class GroupCoordinator:
         return topic
 
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> None:
-        plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
         rows = []
         for i, record in enumerate(records):
             key, value = R.encode(record)
             rows.append((i, now_ms, key, value))
         batch = bytearray(encode_batch(rows, base_offset=0))
-        # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
-        plog.append(batch, [read_header(batch)], now_ms)
+        try:
+            plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
+            # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
+            plog.append(batch, [read_header(batch)], now_ms)
+        except StorageError:
+            if partition not in self._loading:
+                # The revert: the shard becomes what its log says (retried later if that fails too).
+                self.runtime.unload(partition)
+                self._load(partition, now_ms)
+            raise
 
     def load_all(self) -> None:
         started = time.perf_counter()
         now = self.broker.clock()
         for p in range(self.config.offsets_topic_partitions):
-            shard = self.runtime.load_bytes(p, self.read_partition(p), now)
-            self.records_loaded += shard.records_replayed
+            self._load(p, now)
         self.load_time_ms = (time.perf_counter() - started) * 1000
         if self.records_loaded:
             log.info("loaded %d coordinator records in %.1f ms", self.records_loaded, self.load_time_ms)
 
+    def _load(self, partition: int, now_ms: int) -> bool:
+        """Load one shard; on failure it stays unloaded (its groups unavailable) and is
+        retried by `tick`. Loading writes records too (KIP-848 fail-over bumps), so a
+        full disk can fail it as well as an offline partition can."""
+        self._loading.add(partition)
+        try:
+            shard = self.runtime.load_bytes(partition, list(self.read_partition(partition)), now_ms)
+        except (StorageError, CodecError) as exc:
+            self.runtime.unload(partition)
+            if partition not in self.unavailable:
+                log.error("group coordinator shard %s-%d is unavailable (its groups cannot be served until it "
+                          "loads): %s", CONSUMER_OFFSETS, partition, exc)
+            self.unavailable[partition] = now_ms + RELOAD_BACKOFF_MS
+            return False
+        finally:
+            self._loading.discard(partition)
+        if self.unavailable.pop(partition, None) is not None:
+            log.info("group coordinator shard %s-%d loaded", CONSUMER_OFFSETS, partition)
+        self.records_loaded += shard.records_replayed
+        return True
+
     def read_partition(self, partition: int):
-        """Every stored (key, value) of a `__consumer_offsets` partition, oldest first."""
+        """Every stored (key, value) of a `__consumer_offsets` partition, oldest first,
+        CRC-checked (a corrupt batch fails the load rather than replaying garbage)."""
         plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
         for seg in list(plog.segments):
-            yield from key_values(seg.pread(0, seg.size))
+            yield from key_values(seg.pread(0, seg.size), verify_crc=True)
 
     def tick(self, now_ms: int | None = None) -> int:
-        return self.runtime.tick(self.broker.clock() if now_ms is None else now_ms)
+        now = self.broker.clock() if now_ms is None else now_ms
+        for partition, due in list(self.unavailable.items()):
+            if now >= due:
+                self._load(partition, now)
+        return self.runtime.tick(now)

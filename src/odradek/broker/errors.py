@@ -26,6 +26,9 @@ FETCH_SESSION_ID_NOT_FOUND = ErrorCode.fetch_session_id_not_found
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
 INVALID_PRODUCER_EPOCH = ErrorCode.invalid_producer_epoch
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.transactional_id_authorization_failed
+KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
+POLICY_VIOLATION = ErrorCode.policy_violation
+LEADER_NOT_AVAILABLE = ErrorCode.leader_not_available
 
 
 class CloseConnection(Exception):

@@ -87,7 +87,8 @@ class AsyncConsumer:
                  partition_assignment_strategy: str | list[str] = "range",
                  group_remote_assignor: str | None = None, request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
-                 isolation_level: str = "read_uncommitted", client: Client | None = None) -> None:
+                 isolation_level: str = "read_uncommitted", check_crcs: bool = True,
+                 client: Client | None = None) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset must be one of {RESETS}, not {auto_offset_reset!r}")
         if group_protocol not in ("consumer", "classic"):
@@ -118,7 +119,7 @@ class AsyncConsumer:
         self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
         self._own_client = client is None
-        self.positions = Positions()
+        self.positions = Positions(check_crcs)
         self._assigned_names: dict = {}  # (topic id, partition) -> its name when assigned (KIP-848 members)
         self.member: Any = None  # ConsumerGroupMember or classic.ClassicGroupMember
         self.listener: RebalanceListener = RebalanceListener()

@@ -72,9 +72,12 @@ def fetch_body(offsets: dict[TopicPartition, int], *, max_wait_ms: int, min_byte
 
 
 class Positions:
-    def __init__(self) -> None:
+    def __init__(self, check_crcs: bool = True) -> None:
         self.parts: dict[TopicPartition, PartitionState] = {}
         self.buffer: deque[Completed] = deque()
+        # The Java consumer's check.crcs (default true): a batch whose CRC32C fails is
+        # corruption on the way or on the broker's disk, never records to hand out.
+        self.check_crcs = check_crcs
 
     # -------------------------------------------------------------- assignment
 
@@ -158,7 +161,7 @@ class Positions:
         if not records_bytes:
             return
         try:
-            batches = decode_batches(records_bytes)
+            batches = decode_batches(records_bytes, verify_crc=self.check_crcs)
         except CodecError as exc:
             raise KafkaError(ErrorCode.corrupt_message, f"{tp} at offset {fetch_offset}: {exc}",
                              retriable=False) from exc

@@ -1,25 +1,47 @@
 """Cluster metadata: the cluster id, this broker, and the topics with their ids.
 
-Theory of operation: one JSON document (`__cluster_metadata.json` in the data
-directory) holds every topic's name, UUID topic id, partition count and config
-overrides. It is rewritten atomically (write to a temporary file, fsync, rename) on
-every change, so a crash leaves either the old or the new document. Topic ids come
-from an injected generator: a deleted and recreated topic gets a fresh id, and ids
-are stable across restarts because they are read back from the document.
+Theory of operation: the state lives in memory and on disk as a snapshot plus a journal,
+like a log with a checkpoint:
+
+- `__cluster_metadata.json`: a JSON snapshot (cluster id, topics with ids, partition
+  counts and config overrides, producer-id block, group config overrides) and the
+  sequence number of the last journal entry it includes. Replaced atomically
+  (temporary file, fsync, rename).
+- `__cluster_metadata.log`: one JSON line per change *request*, appended and fsynced
+  before the change is applied in memory. Creating 10,000 topics in one request is one
+  line and one fsync; creating them in 10,000 requests is 10,000 short appends, never a
+  rewrite of the whole document per topic (which made one Metadata request naming
+  10,000 new topics take six minutes).
+
+Loading reads the snapshot, then replays the journal entries newer than it; a torn last
+line (a crash mid-append, never acknowledged) is dropped. When the journal grows past
+the snapshot's size the snapshot is rewritten and the journal emptied, so both stay
+proportional to the state.
+
+A write that fails (a full disk) is undone, nothing in memory changes, and the caller
+gets StorageError. Topic ids come from an injected generator: a deleted and recreated
+topic gets a fresh id, and ids are stable across restarts because they are read back.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from ..log.errors import StorageError, storage_error
 from .names import INTERNAL_TOPICS, collision_key
 
+log = logging.getLogger(__name__)
+
 METADATA_FILE = "__cluster_metadata.json"
+JOURNAL_FILE = "__cluster_metadata.log"
+MIN_COMPACT_BYTES = 1 << 20
 
 
 @dataclass
@@ -53,38 +75,129 @@ class MetadataStore:
     def __init__(self, data_dir: Path, new_id: Callable[[], uuid.UUID] = _random_uuid) -> None:
         self.data_dir = data_dir
         self.path = data_dir / METADATA_FILE
+        self.journal_path = data_dir / JOURNAL_FILE
         self.new_id = new_id
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+        self._collisions: dict[str, str] = {}  # collision key -> topic name
         self.cluster_id = ""
         self.producer_id_block_end = 0  # producer ids below this were handed out (or reserved)
         self._next_producer_id = 0
         # KIP-848 "Dynamic Group Configuration": per-group overrides live with the cluster's
         # metadata, not with the group, so they exist before a group and survive its deletion.
         self.group_configs: dict[str, dict[str, str]] = {}
+        self._seq = 0  # last journal entry applied
+        self._snapshot_seq = 0
+        self._snapshot_bytes = 0
+        self._journal_bytes = 0
         self._load()
+
+    # --- loading ----------------------------------------------------------------------------
 
     def _load(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
             # Kafka's cluster ids are 22-character URL-safe base64 UUIDs.
-            import base64
-
             self.cluster_id = base64.urlsafe_b64encode(self.new_id().bytes).decode().rstrip("=")
-            self._save()
+            self.journal_path.unlink(missing_ok=True)  # a journal without its snapshot is an aborted start
+            self._snapshot()
             return
-        doc = json.loads(self.path.read_text())
+        raw = self.path.read_text()
+        doc = json.loads(raw)
+        self._snapshot_bytes = len(raw)
         self.cluster_id = doc["cluster_id"]
-        self.producer_id_block_end = self._next_producer_id = int(doc.get("producer_id_block_end", 0))
+        self.producer_id_block_end = int(doc.get("producer_id_block_end", 0))
         self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
         for t in doc["topics"]:
-            topic = Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
-            self.topics[topic.name] = topic
-            self.by_id[topic.topic_id] = topic
+            self._add(Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {}))))
+        self._seq = self._snapshot_seq = int(doc.get("journal_seq", 0))
+        self._replay_journal()
+        self._next_producer_id = self.producer_id_block_end
 
-    def _save(self) -> None:
+    def _replay_journal(self) -> None:
+        try:
+            data = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            return
+        good = 0
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break  # torn: the request that wrote it was never answered
+            try:
+                entry = json.loads(line)
+                seq = int(entry["seq"])
+            except (ValueError, KeyError, TypeError):
+                break
+            if seq > self._seq:
+                for op in entry["ops"]:
+                    self._apply(op)
+                self._seq = seq
+            good += len(line)
+        if good < len(data):
+            log.warning("dropping %d bytes of a torn last entry in %s", len(data) - good, self.journal_path)
+            with open(self.journal_path, "r+b") as f:
+                f.truncate(good)
+        self._journal_bytes = good
+
+    # --- applying changes -----------------------------------------------------------------------
+
+    def _add(self, topic: Topic) -> None:
+        self.topics[topic.name] = topic
+        self.by_id[topic.topic_id] = topic
+        self._collisions[collision_key(topic.name)] = topic.name
+
+    def _apply(self, op: list[Any]) -> None:
+        kind = op[0]
+        if kind == "create":
+            _, name, tid, partitions, configs = op
+            self._add(Topic(name, uuid.UUID(tid), int(partitions), dict(configs)))
+        elif kind == "delete":
+            topic = self.topics.pop(op[1])
+            self.by_id.pop(topic.topic_id, None)
+            if self._collisions.get(collision_key(topic.name)) == topic.name:
+                del self._collisions[collision_key(topic.name)]
+        elif kind == "partitions":
+            self.topics[op[1]].partitions = int(op[2])
+        elif kind == "group_config":
+            if op[2]:
+                self.group_configs[op[1]] = dict(op[2])
+            else:
+                self.group_configs.pop(op[1], None)
+        elif kind == "producer_block":
+            self.producer_id_block_end = int(op[1])
+        else:
+            raise ValueError(f"unknown metadata operation {kind!r}")
+
+    def _commit(self, ops: list[list[Any]]) -> None:
+        """Make `ops` durable, then apply them. Raises StorageError with nothing changed."""
+        seq = self._seq + 1
+        line = (json.dumps({"seq": seq, "ops": ops}, separators=(",", ":")) + "\n").encode()
+        try:
+            with open(self.journal_path, "ab") as f:
+                start = f.tell()
+                try:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+                except OSError:
+                    f.truncate(start)  # leave no torn line behind a refused change
+                    raise
+        except OSError as exc:
+            raise storage_error(f"cannot write {self.journal_path}", exc) from exc
+        for op in ops:
+            self._apply(op)
+        self._seq = seq
+        self._journal_bytes += len(line)
+        if self._journal_bytes > max(MIN_COMPACT_BYTES, self._snapshot_bytes):
+            try:
+                self._snapshot()
+            except StorageError as exc:  # the journal still holds everything
+                log.warning("%s; keeping the journal", exc)
+
+    def _snapshot(self) -> None:
         doc = {
             "cluster_id": self.cluster_id,
+            "journal_seq": self._seq,
             "producer_id_block_end": self.producer_id_block_end,
             "topics": [
                 {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
@@ -92,22 +205,32 @@ class MetadataStore:
             ],
             "group_configs": self.group_configs,
         }
+        text = json.dumps(doc, separators=(",", ":"))
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            if self.journal_path.exists():
+                with open(self.journal_path, "r+b") as f:
+                    f.truncate(0)
+        except OSError as exc:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            raise storage_error(f"cannot write {self.path}", exc) from exc
+        self._snapshot_seq = self._seq
+        self._snapshot_bytes = len(text)
+        self._journal_bytes = 0
 
-    def allocate_producer_id(self, block: int = 1000) -> int:
-        """A never-reused producer id: blocks are reserved on disk before use (as Kafka's
-        controller hands out blocks), so a restart skips the rest of a block, never reuses."""
-        if self._next_producer_id >= self.producer_id_block_end:
-            self.producer_id_block_end = self._next_producer_id + block
-            self._save()
-        pid = self._next_producer_id
-        self._next_producer_id += 1
-        return pid
+    def compact(self) -> None:
+        """Fold the journal into the snapshot now (also done automatically)."""
+        self._snapshot()
+
+    # --- reads ------------------------------------------------------------------------------
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -116,34 +239,52 @@ class MetadataStore:
         return self.by_id.get(topic_id)
 
     def check_create(self, name: str) -> None:
+        """Raise TopicExists or TopicCollision (Kafka: '.' and '_' collide in metric names)."""
         if name in self.topics:
             raise TopicExists(name)
-        key = collision_key(name)
-        for other in self.topics:
-            if collision_key(other) == key:
-                raise TopicCollision(f"topic {name!r} collides with existing topic {other!r}")
+        other = self._collisions.get(collision_key(name))
+        if other is not None:
+            raise TopicCollision(f"topic {name!r} collides with existing topic {other!r}")
+
+    # --- writes -------------------------------------------------------------------------------
 
     def create(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
-        self.check_create(name)
-        topic = Topic(name, self.new_id(), partitions, dict(configs))
-        self.topics[name] = topic
-        self.by_id[topic.topic_id] = topic
-        self._save()
-        return topic
+        return self.create_many([(name, partitions, configs)])[0]
+
+    def create_many(self, specs: list[tuple[str, int, dict[str, str]]]) -> list[Topic]:
+        """Create topics with one journal write; all or none (checks raise before writing)."""
+        keys: dict[str, str] = {}
+        ops = []
+        for name, partitions, configs in specs:
+            self.check_create(name)
+            key = collision_key(name)
+            if key in keys:
+                raise (TopicExists(name) if keys[key] == name else
+                       TopicCollision(f"topic {name!r} collides with topic {keys[key]!r} in the same request"))
+            keys[key] = name
+            ops.append(["create", name, str(self.new_id()), partitions, dict(configs)])
+        self._commit(ops)
+        return [self.topics[name] for name, _, _ in specs]
 
     def delete(self, name: str) -> Topic:
-        topic = self.topics.pop(name)
-        del self.by_id[topic.topic_id]
-        self._save()
+        topic = self.topics[name]  # KeyError for an unknown topic
+        self._commit([["delete", name]])
         return topic
 
     def set_partitions(self, name: str, count: int) -> None:
-        self.topics[name].partitions = count
-        self._save()
+        self.set_partitions_many({name: count})
+
+    def set_partitions_many(self, counts: dict[str, int]) -> None:
+        self._commit([["partitions", name, count] for name, count in counts.items()])
 
     def set_group_config(self, group_id: str, values: dict[str, str]) -> None:
-        if values:
-            self.group_configs[group_id] = dict(values)
-        else:
-            self.group_configs.pop(group_id, None)
-        self._save()
+        self._commit([["group_config", group_id, dict(values)]])
+
+    def allocate_producer_id(self, block: int = 1000) -> int:
+        """A never-reused producer id: blocks are reserved on disk before use (as Kafka's
+        controller hands out blocks), so a restart skips the rest of a block, never reuses."""
+        if self._next_producer_id >= self.producer_id_block_end:
+            self._commit([["producer_block", self._next_producer_id + block]])
+        pid = self._next_producer_id
+        self._next_producer_id += 1
+        return pid

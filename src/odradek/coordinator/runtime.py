@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 Writer = Callable[[int, list[CoordinatorRecord], int], None]
 
 
+class ShardNotLoaded(LookupError):
+    """The group's `__consumer_offsets` partition is not loaded here (it failed to load)."""
+
+
 @functools.lru_cache(maxsize=65536)
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
@@ -166,7 +170,7 @@ class CoordinatorRuntime:
     def run(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int):
         shard = self.shard_for(group_id)
         if shard is None:
-            raise LookupError(f"partition for group {group_id} is not loaded")
+            raise ShardNotLoaded(f"partition {self.partition_for(group_id)} of group {group_id} is not loaded")
         return self.run_on(shard, op, now_ms)
 
     def run_on(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):

@@ -16,8 +16,11 @@ scanning the segment's batch headers (see Segment.recover).
 from __future__ import annotations
 
 import bisect
+import logging
 import struct
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -25,6 +28,13 @@ _TIME_ENTRY = struct.Struct(">qI")
 
 class IndexCorrupt(Exception):
     pass
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:  # unreadable index: rebuild it from the segment
+        raise IndexCorrupt(f"{path}: {exc}") from exc
 
 
 class _Index:
@@ -44,24 +54,43 @@ class _Index:
         self.keys.clear()
         self.values.clear()
         self._persisted = 0
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass  # rewritten (or rebuilt) on the next flush
 
-    def flush(self) -> None:
-        if self._persisted == len(self.keys) and self.path.exists():
+    def flush(self, create: bool = True) -> None:
+        """Write the entries not yet on disk (`create=False`: only into an existing file).
+        Never raises: an index that cannot be written is removed instead, and the next
+        load rebuilds it from the segment."""
+        exists = self.path.exists()
+        if (self._persisted == len(self.keys) and exists) or (not exists and not create):
             return
-        start = self._persisted if self.path.exists() else 0
+        start = self._persisted if exists else 0
         mode = "ab" if start else "wb"
         pack = self._pack
-        data = b"".join(pack(k, v) for k, v in zip(self.keys[start:], self.values[start:]))
-        with open(self.path, mode) as f:
-            f.write(data)
+        try:
+            data = b"".join(pack(k, v) for k, v in zip(self.keys[start:], self.values[start:]))
+            with open(self.path, mode) as f:
+                f.write(data)
+        except (OSError, struct.error) as exc:
+            log.warning("cannot write %s (%s): it will be rebuilt from its segment", self.path, exc)
+            self._persisted = 0
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass
+            return
         self._persisted = len(self.keys)
 
     def truncate_entries(self, keep: int) -> None:
         del self.keys[keep:]
         del self.values[keep:]
         self._persisted = 0  # rewrite the file on next flush
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 class OffsetIndex(_Index):
@@ -83,7 +112,7 @@ class OffsetIndex(_Index):
         self.truncate_entries(bisect.bisect_left(self.values, position))
 
     def load(self, segment_size: int) -> None:
-        data = self.path.read_bytes()
+        data = _read(self.path)
         if len(data) % _OFFSET_ENTRY.size:
             raise IndexCorrupt(f"{self.path}: size {len(data)} is not a multiple of 8")
         keys, values = [], []
@@ -117,7 +146,7 @@ class TimeIndex(_Index):
         self.truncate_entries(bisect.bisect_left(self.values, offset))
 
     def load(self, next_offset: int) -> None:
-        data = self.path.read_bytes()
+        data = _read(self.path)
         if len(data) % _TIME_ENTRY.size:
             raise IndexCorrupt(f"{self.path}: size {len(data)} is not a multiple of 12")
         keys, values = [], []

@@ -14,6 +14,23 @@ Retention deletes whole segments (never the active one: an expired active segmen
 rolled first, as Kafka does) by age and by total size. The log start offset is the base
 offset of the first segment.
 
+Durability bookkeeping, as Kafka's UnifiedLog/LogLoader: the *recovery point* is the
+offset below which every byte was fsynced. A rolled segment is fsynced soon after the
+roll (by the broker, off the event loop: `rolled_unflushed` / `mark_flushed`), the flush
+policy and a clean shutdown fsync everything; each advances the recovery point, which
+the log manager checkpoints. Opening a partition trusts the segments wholly below its
+recovery point (their structure is checked, and damage takes the partition offline:
+that data was acknowledged and flushed) and recovers the others: CRC-checked, truncated
+at the first invalid batch, with every later segment removed, and the loss reported.
+
+Reads check the CRC32C of every batch they return: a batch that fails it is never
+served as if it were fine (CorruptBatch, CORRUPT_MESSAGE on the wire), and a response
+stops before it when it is not the first.
+
+Appends roll first when the active segment could not index the new offsets or
+positions in 32 bits. A failed write or fsync is undone by the segment (StorageError);
+nothing here moves either, so the next append lands where it should.
+
 Time is a parameter (`now_ms`) everywhere; nothing here reads the clock.
 """
 
@@ -21,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -28,8 +46,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..records.batch import BatchHeader, patch_base_offset, set_log_append_time
+from .errors import CorruptBatch, SegmentDamaged, storage_error
+from .files import FileCache
 from .producer_state import Duplicate, ProducerState
 from .segment import RecoveryResult, Segment
+
+log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 
@@ -62,37 +84,99 @@ def _segment_offsets(directory: Path) -> list[int]:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, config: dict[str, Any], now_ms: int, clean_shutdown: bool = True) -> None:
+    def __init__(self, directory: Path, config: dict[str, Any], now_ms: int, clean_shutdown: bool = True,
+                 recovery_point: int | None = None, files: FileCache | None = None) -> None:
+        """Open (creating if need be) the log in `directory`.
+
+        `recovery_point`: offset below which the data is known flushed; None means all
+        of it (a clean shutdown), 0 recovers every segment. `clean_shutdown=False` with
+        no recovery point is the same as 0. Raises SegmentDamaged when a flushed segment
+        is broken (the caller takes the partition offline), StorageError on I/O failure.
+        """
         self.directory = directory
         self.config = config
+        self.files = files
         self.listeners: list[Callable[[PartitionLog], None]] = []
         self.recovery: list[RecoveryResult] = []
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self.cleaner_state = None  # compaction's memo of the last pass (see compaction.compact_log)
-        directory.mkdir(parents=True, exist_ok=True)
-        # A compaction that died before its atomic rename leaves a .cleaned file: discard it.
-        for stray in directory.glob(f"*{CLEANED_SUFFIX}"):
-            stray.unlink()
+        self._reported_corrupt: set[tuple[int, int]] = set()
+        if recovery_point is None and not clean_shutdown:
+            recovery_point = 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            # A compaction that died before its atomic rename leaves a .cleaned file: discard it.
+            for stray in directory.glob(f"*{CLEANED_SUFFIX}"):
+                stray.unlink()
+            offsets = _segment_offsets(directory)
+        except OSError as exc:
+            raise storage_error(f"cannot open {directory}", exc) from exc
         self.segments: list[Segment] = []
-        offsets = _segment_offsets(directory)
+        try:
+            self._load(offsets, recovery_point, now_ms)
+        except BaseException:
+            self.close_files()
+            raise
+        if not self.segments:
+            self.segments.append(Segment(directory, 0, self.index_interval, now_ms, files))
+        self._bases = [s.base_offset for s in self.segments]
+        # Everything loaded is flushed: trusted segments were, recovered ones were rewritten.
+        self.recovery_point = self.log_end_offset
+        self.rolled_unflushed: list[Segment] = []
+        self.producers = ProducerState()
+        for h in self.active.headers():
+            self.producers.update(h)
+
+    def _load(self, offsets: list[int], recovery_point: int | None, now_ms: int) -> None:
         for i, base in enumerate(offsets):
-            seg = Segment(directory, base, self.index_interval, now_ms)
-            last = i == len(offsets) - 1
-            # After a crash only the active segment can hold a torn write; every segment
-            # still gets its indexes sanity-checked and rebuilt when they fail.
-            result = seg.load(trust_indexes=clean_shutdown or not last)
+            end = offsets[i + 1] if i + 1 < len(offsets) else None
+            seg = Segment(self.directory, base, self.index_interval, now_ms, self.files)
+            if recovery_point is None or (end is not None and end <= recovery_point):
+                result = seg.load()  # wholly flushed: damage raises SegmentDamaged
+            else:
+                result = self._load_or_recover(seg, recovery_point)
+                if result is not None:
+                    seg.fsync()  # what recovery kept is now flushed: the recovery point may pass it
+            if self.segments and self.segments[-1].next_offset > base:
+                raise SegmentDamaged(f"{seg.path}: starts at {base}, inside the previous segment "
+                                     f"(which ends at {self.segments[-1].next_offset - 1})", base)
             if result is not None:
                 self.recovery.append(result)
             if seg.first_batch_timestamp is not None:
                 seg.created_ms = min(max(seg.first_batch_timestamp, 0), now_ms)
             self.segments.append(seg)
-        if not self.segments:
-            self.segments.append(Segment(directory, 0, self.index_interval, now_ms))
-        self._bases = [s.base_offset for s in self.segments]
-        self.producers = ProducerState()
-        for h in self.active.headers():
-            self.producers.update(h)
+            if result is not None and result.truncated_bytes:
+                self._drop_after_truncation(offsets[i + 1 :], result)
+                return
+
+    @staticmethod
+    def _load_or_recover(seg: Segment, recovery_point: int) -> RecoveryResult | None:
+        """A segment that may hold data past the recovery point. If its indexes and tail
+        say it ends at or before the point (a clean shutdown), it was flushed whole;
+        otherwise CRC-check it from the recovery point and truncate what fails."""
+        if seg.base_offset < recovery_point:
+            try:
+                result = seg.load()
+                if seg.next_offset <= recovery_point:
+                    return result
+            except SegmentDamaged:
+                pass  # the recovery below decides whether flushed data was hit
+        return seg.recover(verify_from=recovery_point)
+
+    def _drop_after_truncation(self, later: list[int], result: RecoveryResult) -> None:
+        """Kafka's LogLoader: once a segment is truncated, every later one goes too."""
+        dropped_end = result.first_dropped_offset + result.dropped_offsets
+        for base in later:
+            seg = Segment(self.directory, base, self.index_interval, 0, self.files)
+            last = base - 1
+            for h in seg._scan_headers():  # best effort: what the dropped segment claimed
+                last = h.last_offset
+            dropped_end = max(dropped_end, last + 1)
+            result.whole_batches_dropped = result.whole_batches_dropped or seg.size > 0
+            result.truncated_bytes += seg.size
+            seg.delete()
+        result.dropped_offsets = max(dropped_end - result.first_dropped_offset, 0)
 
     # --- configuration -------------------------------------------------------------
 
@@ -132,7 +216,8 @@ class PartitionLog:
 
         Raises producer_state.SequenceError for an idempotent batch out of sequence. A
         retried duplicate (Kafka clients send one batch per partition per request) is
-        answered with the offsets it got the first time and not appended again.
+        answered with the offsets it got the first time and not appended again. Raises
+        StorageError when the disk refuses the write; nothing was appended then.
         """
         try:
             for h in headers:
@@ -141,10 +226,12 @@ class PartitionLog:
             first = headers[0]
             return AppendInfo(dup.base_offset, dup.base_offset + first.last_offset_delta, -1, self.log_start_offset)
         append_time = now_ms if self.config["message.timestamp.type"] == "LogAppendTime" else -1
-        self._maybe_roll(len(data), append_time if append_time >= 0 else max(h.max_timestamp for h in headers), now_ms)
+        count = sum(h.last_offset_delta + 1 for h in headers)
+        self._maybe_roll(len(data), self.log_end_offset + count - 1,
+                         append_time if append_time >= 0 else max(h.max_timestamp for h in headers), now_ms)
         base = next_offset = self.log_end_offset
         patched = []
-        count = 0
+        records = 0
         for h in headers:
             patch_base_offset(data, h, next_offset, 0)
             if append_time >= 0:
@@ -152,18 +239,21 @@ class PartitionLog:
                 h = dataclasses.replace(h, max_timestamp=append_time)
             patched.append(dataclasses.replace(h, base_offset=next_offset))
             next_offset += h.last_offset_delta + 1
-            count += h.records_count
-        self.active.append(data, patched)
+            records += h.records_count
+        flush = self._unflushed_messages + records >= int(self.config["flush.messages"])
+        if flush:
+            self._flush_rolled()  # older segments first: a failure then leaves nothing appended
+        self.active.append(data, patched, fsync=flush)  # all or nothing, the fsync included
         for h in patched:
             self.producers.update(h)
-        self._unflushed_messages += count
-        if self._unflushed_messages >= int(self.config["flush.messages"]):
-            self.flush(now_ms)
+        self._unflushed_messages += records
+        if flush:
+            self._flushed(now_ms)
         for listener in self.listeners:
             listener(self)
         return AppendInfo(base, next_offset - 1, append_time, self.log_start_offset)
 
-    def _maybe_roll(self, incoming: int, incoming_max_ts: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, last_offset: int, incoming_max_ts: int, now_ms: int) -> None:
         seg = self.active
         if seg.size == 0:
             return
@@ -174,17 +264,28 @@ class PartitionLog:
             waited = incoming_max_ts - seg.first_batch_timestamp
         else:
             waited = now_ms - seg.created_ms
-        if seg.size + incoming > int(self.config["segment.bytes"]) or waited >= int(self.config["segment.ms"]):
+        if (seg.size + incoming > int(self.config["segment.bytes"]) or waited >= int(self.config["segment.ms"])
+                # Kafka's LogSegment.shouldRoll: the index holds offsets and positions in 32 bits.
+                or not seg.can_hold(last_offset, incoming)):
             self.roll(now_ms)
 
     def roll(self, now_ms: int) -> Segment:
         old = self.active
-        old.index.flush()
-        old.time_index.flush()
-        seg = Segment(self.directory, old.next_offset, self.index_interval, now_ms)
+        seg = Segment(self.directory, old.next_offset, self.index_interval, now_ms, self.files)
+        old.flush_indexes()
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        if old.size:
+            self.rolled_unflushed.append(old)  # Kafka flushes a rolled segment asynchronously
         return seg
+
+    def mark_flushed(self, seg: Segment) -> None:
+        """A rolled segment was fsynced (by the broker's background flusher)."""
+        if seg in self.rolled_unflushed:
+            self.rolled_unflushed.remove(seg)
+        # Everything below the oldest segment still unflushed (or the active one) is on disk.
+        first_unflushed = min((s.base_offset for s in self.rolled_unflushed), default=self.active.base_offset)
+        self.recovery_point = max(self.recovery_point, first_unflushed)
 
     # --- read ----------------------------------------------------------------------
 
@@ -192,6 +293,7 @@ class PartitionLog:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Stored bytes from `offset`, CRC-checked (raises CorruptBatch, StorageError)."""
         hw = self.high_watermark
         start = self.log_start_offset
         if offset < start or offset > hw:
@@ -199,14 +301,30 @@ class PartitionLog:
         if offset == hw or max_bytes <= 0 and not min_one:
             return ReadResult(b"", hw, start)
         for seg in self.segments[self._segment_index(offset) :]:
-            h = seg.find(offset)
+            try:
+                h = seg.find(offset)
+            except CorruptBatch as exc:
+                raise self._corrupt(seg, offset, str(exc)) from None
             if h is None:
                 continue  # offset past this segment's last batch (compaction gap): try the next
             size = min(max_bytes, seg.size - h.position)
             if min_one and size < h.size:
                 size = h.size
-            return ReadResult(seg.pread(h.position, max(size, 0)), hw, start)
+            data = seg.pread(h.position, max(size, 0))
+            try:
+                good = seg.verify_crcs(data, h.position)
+            except CorruptBatch as exc:
+                raise self._corrupt(seg, exc.offset, str(exc)) from None
+            return ReadResult(data if good == len(data) else data[:good], hw, start)
         return ReadResult(b"", hw, start)
+
+    def _corrupt(self, seg: Segment, offset: int, message: str) -> CorruptBatch:
+        key = (seg.base_offset, offset)
+        if key not in self._reported_corrupt:  # once per batch, not once per fetch
+            self._reported_corrupt.add(key)
+            log.error("corrupt data in %s: %s; fetches at this offset get CORRUPT_MESSAGE", self.directory.name,
+                      message)
+        return CorruptBatch(message, offset)
 
     def batch_bytes(self, seg: Segment, h: BatchHeader) -> bytes:
         return seg.pread(h.position, h.size)
@@ -232,9 +350,20 @@ class PartitionLog:
     # --- maintenance ---------------------------------------------------------------
 
     def flush(self, now_ms: int) -> None:
+        """fsync every segment holding data past the recovery point (raises StorageError)."""
+        self._flush_rolled()
         self.active.flush()
+        self._flushed(now_ms)
+
+    def _flush_rolled(self) -> None:
+        while self.rolled_unflushed:
+            self.rolled_unflushed[0].flush()
+            self.rolled_unflushed.pop(0)
+
+    def _flushed(self, now_ms: int) -> None:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
+        self.recovery_point = self.log_end_offset
 
     def tick(self, now_ms: int) -> None:
         """Periodic work that depends on time: the `flush.ms` policy."""
@@ -272,6 +401,8 @@ class PartitionLog:
     def _delete_first(self) -> None:
         seg = self.segments.pop(0)
         self._bases.pop(0)
+        if seg in self.rolled_unflushed:
+            self.rolled_unflushed.remove(seg)
         seg.delete()
 
     def replace_segment(self, seg: Segment, cleaned: Path) -> Segment:
@@ -279,11 +410,13 @@ class PartitionLog:
         i = self.segments.index(seg)
         seg.index.clear()  # drop indexes first: a crash after the rename then rebuilds them
         seg.time_index.clear()
-        os.close(seg.fd)
-        seg.fd = -1
+        seg.files.forget(seg)
+        seg.close_descriptor()
         os.replace(cleaned, seg.path)
-        new = Segment(self.directory, seg.base_offset, self.index_interval, seg.created_ms)
+        new = Segment(self.directory, seg.base_offset, self.index_interval, seg.created_ms, self.files)
         new.recover()
+        if seg in self.rolled_unflushed:
+            self.rolled_unflushed[self.rolled_unflushed.index(seg)] = new
         new.created_ms = seg.created_ms
         self.segments[i] = new
         return new
@@ -292,10 +425,22 @@ class PartitionLog:
         for seg in self.segments:
             seg.close()
 
-    def flush_all(self) -> None:
+    def close_files(self) -> None:
+        """Drop every descriptor without writing anything (deleted, or its disk failed)."""
         for seg in self.segments:
-            if seg.fd >= 0:
-                seg.flush()
+            seg.files.forget(seg)
+            seg.close_descriptor()
+
+    def mark_flushed_all(self) -> None:
+        """Everything was flushed by a filesystem-wide sync (LogManager.close)."""
+        self.rolled_unflushed.clear()
+        self._flushed(self._last_flush_ms)
+
+    def flush_all(self) -> None:
+        """fsync whatever is not yet flushed (a clean shutdown); raises StorageError."""
+        self.flush(self._last_flush_ms)
+        for seg in self.segments:
+            seg.flush_indexes()
 
     def delete(self) -> None:
         for seg in self.segments:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from ...log.errors import CorruptBatch, StorageError
 from ...log.partition import OffsetOutOfRange
 from ..errors import (
+    CORRUPT_MESSAGE,
     FETCH_SESSION_ID_NOT_FOUND,
+    KAFKA_STORAGE_ERROR,
     NONE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_ID,
@@ -56,7 +59,12 @@ def _read_all(broker, body, by_id):
         topic, topic_error = _resolve(broker, t, by_id)
         parts = []
         for p in t.partitions:
-            plog = broker.logs.get(topic.name, p.partition) if topic is not None else None
+            try:
+                plog = broker.logs.get(topic.name, p.partition) if topic is not None else None
+            except StorageError:
+                parts.append(_partition(p.partition, KAFKA_STORAGE_ERROR))
+                had_error = True
+                continue
             if plog is None:
                 parts.append(_partition(p.partition, topic_error if topic is None else UNKNOWN_TOPIC_OR_PARTITION))
                 had_error = True
@@ -68,6 +76,17 @@ def _read_all(broker, body, by_id):
                 result = plog.read(p.fetch_offset, limit, min_one=first_data)
             except OffsetOutOfRange:
                 parts.append(_partition(p.partition, OFFSET_OUT_OF_RANGE, plog.high_watermark, plog.log_start_offset))
+                had_error = True
+                continue
+            except CorruptBatch:
+                # Item 8 of the hardening issue: a stored batch that fails its CRC is never
+                # served as if it were fine; the consumer sees CORRUPT_MESSAGE at this offset.
+                parts.append(_partition(p.partition, CORRUPT_MESSAGE, plog.high_watermark, plog.log_start_offset))
+                had_error = True
+                continue
+            except StorageError as exc:
+                broker.storage_failed(exc)
+                parts.append(_partition(p.partition, KAFKA_STORAGE_ERROR, plog.high_watermark, plog.log_start_offset))
                 had_error = True
                 continue
             if result.data:
@@ -100,6 +119,7 @@ async def fetch(broker, request):
         return _response([], FETCH_SESSION_ID_NOT_FOUND)
     max_wait_ms = body.max_wait.total_seconds() * 1000
     deadline = broker.clock() + max_wait_ms
+    await broker.open_partitions(_keys(broker, body, by_id))
     while True:
         responses, total, had_error = _read_all(broker, body, by_id)
         remaining_ms = deadline - broker.clock()

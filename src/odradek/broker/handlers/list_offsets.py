@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ...records.codec import decode_batches
-from ..errors import NONE, UNKNOWN_TOPIC_OR_PARTITION
+from ...log.errors import CorruptBatch, StorageError
+from ...records.codec import CodecError, decode_batches
+from ..errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from ..registry import api
 
 LATEST = -1
@@ -48,20 +49,28 @@ def lookup(plog, timestamp: int) -> tuple[int, int]:
 
 
 @api(2, "ListOffsets", 1, 10)
-def list_offsets(broker, request):
+async def list_offsets(broker, request):
+    await broker.open_partitions([(t.name, p.partition_index) for t in request.body.topics
+                                  for p in t.partitions if broker.metadata.get(t.name) is not None])
     topics = []
     for t in request.body.topics:
         topic = broker.metadata.get(t.name)
         parts = []
         for p in t.partitions:
-            plog = broker.logs.get(t.name, p.partition_index) if topic else None
-            if plog is None:
-                parts.append(
-                    {"partition_index": p.partition_index, "error_code": UNKNOWN_TOPIC_OR_PARTITION,
-                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
-                )
+            error = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            try:
+                plog = broker.logs.get(t.name, p.partition_index) if topic else None
+                if plog is None:
+                    parts.append({**error, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
+                    continue
+                ts, offset = lookup(plog, p.timestamp)
+            except (CorruptBatch, CodecError):
+                parts.append({**error, "error_code": CORRUPT_MESSAGE})
                 continue
-            ts, offset = lookup(plog, p.timestamp)
+            except StorageError as exc:
+                broker.storage_failed(exc)
+                parts.append({**error, "error_code": KAFKA_STORAGE_ERROR})
+                continue
             parts.append(
                 {"partition_index": p.partition_index, "error_code": NONE, "timestamp": ts, "offset": offset,
                  "leader_epoch": 0}

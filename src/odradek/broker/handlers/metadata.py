@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from ...cluster.names import InvalidTopicName, validate_topic_name
-from ..errors import INVALID_TOPIC_EXCEPTION, NONE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from ..errors import (
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ..registry import api
 
 NO_OPS = -(2**31)  # "authorized operations not requested"
@@ -17,25 +25,25 @@ def broker_entries(broker) -> list[dict]:
     return [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": broker.config.rack}]
 
 
+def _partition_entry(node: int, p: int, offline: bool) -> dict:
+    if offline:
+        # The only replica's log is offline: no leader (as Kafka's metadata shows a
+        # partition whose replicas are all in failed log directories).
+        return {"error_code": LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1, "leader_epoch": 0,
+                "replica_nodes": [node], "isr_nodes": [], "offline_replicas": [node]}
+    return {"error_code": NONE, "partition_index": p, "leader_id": node, "leader_epoch": 0,
+            "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+
+
 def topic_entry(broker, topic) -> dict:
     node = broker.config.node_id
+    is_offline = broker.logs.is_offline
     return {
         "error_code": NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.is_internal,
-        "partitions": [
-            {
-                "error_code": NONE,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [],
-            }
-            for p in range(topic.partitions)
-        ],
+        "partitions": [_partition_entry(node, p, is_offline(topic.name, p) is not None) for p in range(topic.partitions)],
         "topic_authorized_operations": NO_OPS,
     }
 
@@ -51,18 +59,46 @@ def _error_entry(name, topic_id, code) -> dict:
     }
 
 
+# Topics and partitions described between yields to the event loop: a Metadata request
+# naming (or auto-creating) 10,000 topics, or describing 100,000 partitions, must not
+# hold every other client up (hardening issue, item 4).
+SLICE = 2000
+
+
 @api(3, "Metadata", 0, 13)
-def metadata(broker, request):
+async def metadata(broker, request):
     v = request.api_version
     requested = request.body.topics
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     all_topics = requested is None or (v == 0 and not requested)
     allow_create = request.field("allow_auto_topic_creation", True)
     topics = []
-    if all_topics:
-        topics = [topic_entry(broker, t) for t in broker.metadata.topics.values()]
+    if not all_topics and 10 <= v <= 11 and any(
+            r.name is None or (r.topic_id or ZERO_UUID) != ZERO_UUID for r in requested):
+        # KafkaApis.handleTopicMetadataRequest: v10-11 carry topic ids but a broker may not
+        # use them, nor take a null name (InvalidRequestException); MetadataRequest's
+        # getErrorResponse answers every requested topic with the error, a null name as "".
+        topics = [_error_entry(r.name or "", r.topic_id, INVALID_REQUEST) for r in requested]
+    elif all_topics:
+        described = 0
+        for t in list(broker.metadata.topics.values()):
+            topics.append(topic_entry(broker, t))
+            described += t.partitions
+            if described >= SLICE:  # a topic of 10,000 partitions is a slice of its own
+                described = 0
+                await asyncio.sleep(0)
     else:
+        if allow_create:
+            # One metadata write per slice of unknown names, not one per topic.
+            unknown = [getattr(r, "name", None) for r in requested]
+            await broker.auto_create_many_async(
+                [n for n in unknown if n is not None and broker.metadata.get(n) is None])
+        described = 0
         for req in requested:
+            if described >= SLICE:
+                described = 0
+                await asyncio.sleep(0)
+            described += 1
             name = getattr(req, "name", None)
             topic_id = getattr(req, "topic_id", None)
             if name is None and topic_id is not None and topic_id != ZERO_UUID:
@@ -76,9 +112,8 @@ def metadata(broker, request):
                 topics.append(_error_entry(name, None, INVALID_TOPIC_EXCEPTION))
                 continue
             t = broker.metadata.get(name)
-            if t is None and allow_create:
-                t = broker.auto_create(name)
             topics.append(topic_entry(broker, t) if t else _error_entry(name, None, UNKNOWN_TOPIC_OR_PARTITION))
+            described += t.partitions if t else 0
     return {
         "throttle_time": 0,
         "brokers": broker_entries(broker),

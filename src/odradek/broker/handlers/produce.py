@@ -1,87 +1,112 @@
-"""Produce v3-v10: validate batches, append, answer (or not, for acks=0)."""
+"""Produce v3-v10: validate the batch (records/validate.py), append, answer (or not, for acks=0)."""
 
 from __future__ import annotations
 
+from kio.schema.errors import ErrorCode
+
+from ...log.errors import StorageError
 from ...log.producer_state import SequenceError
-from ...records.batch import BatchError, validate_batches
+from ...records.batch import BatchError
+from ...records.validate import ProduceRules, validate_produce
 from ..errors import (
-    CORRUPT_MESSAGE,
     INVALID_PRODUCER_EPOCH,
-    INVALID_RECORD,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
     INVALID_REQUIRED_ACKS,
-    MESSAGE_TOO_LARGE,
     NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
     UNKNOWN_TOPIC_OR_PARTITION,
     CloseConnection,
 )
 from ..registry import api
+from ..slices import TimeSlice
 
 _SEQUENCE_ERRORS = {
     "out_of_order_sequence_number": OUT_OF_ORDER_SEQUENCE_NUMBER,
     "invalid_producer_epoch": INVALID_PRODUCER_EPOCH,
 }
-_BATCH_ERRORS = {"corrupt_message": CORRUPT_MESSAGE, "invalid_record": INVALID_RECORD}
 
 
-def _partition_result(index, code, message=None, base_offset=-1, append_time=-1, log_start=-1):
+def _partition_result(index, code, message=None, base_offset=-1, append_time=-1, log_start=-1, record_errors=()):
     return {
         "index": index,
         "error_code": code,
         "base_offset": base_offset,
         "log_append_time": append_time,
         "log_start_offset": log_start,
-        "record_errors": [],
+        "record_errors": [{"batch_index": e.batch_index, "batch_index_error_message": e.message} for e in record_errors],
         "error_message": message,
     }
 
 
-def append_partition(broker, topic, index, records, now_ms) -> dict:
-    plog = broker.logs.get(topic.name, index) if topic is not None else None
+def produce_rules(plog, api_version: int) -> ProduceRules:
+    config = plog.config
+    return ProduceRules(
+        api_version=api_version,
+        max_message_bytes=int(config["max.message.bytes"]),
+        compacted="compact" in config["cleanup.policy"],
+        log_append_time=config["message.timestamp.type"] == "LogAppendTime",
+        timestamp_before_max_ms=int(config["message.timestamp.before.max.ms"]),
+        timestamp_after_max_ms=int(config["message.timestamp.after.max.ms"]),
+    )
+
+
+def append_partition(broker, topic, index, records, now_ms, api_version=10) -> dict:
+    try:
+        plog = broker.logs.get(topic.name, index) if topic is not None else None
+    except StorageError as exc:
+        return _partition_result(index, KAFKA_STORAGE_ERROR, str(exc))
     if plog is None:
         return _partition_result(index, UNKNOWN_TOPIC_OR_PARTITION, "unknown topic or partition")
-    if not records:
-        return _partition_result(index, INVALID_RECORD, "no record batches")
+    if topic.is_internal:
+        # Kafka's ReplicaManager.appendToLocalLog: clients never write internal topics (the
+        # coordinator would replay whatever they wrote into __consumer_offsets).
+        return _partition_result(index, INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
+    data = bytearray(records or b"")
     try:
-        headers = validate_batches(records)
+        header = validate_produce(data, produce_rules(plog, api_version), now_ms)
     except BatchError as exc:
-        return _partition_result(index, _BATCH_ERRORS[exc.code], str(exc))
-    limit = int(plog.config["max.message.bytes"])
-    for h in headers:
-        if h.size > limit:
-            return _partition_result(index, MESSAGE_TOO_LARGE, f"batch of {h.size} bytes exceeds max.message.bytes={limit}")
-    if "compact" in plog.config["cleanup.policy"]:
-        from ...log.compaction import check_keys
-
-        problem = check_keys(records)
-        if problem:
-            return _partition_result(index, INVALID_RECORD, problem)
+        return _partition_result(index, ErrorCode[exc.code], str(exc), record_errors=exc.record_errors)
     try:
-        info = plog.append(bytearray(records), headers, now_ms)
+        info = plog.append(data, [header], now_ms)
     except SequenceError as exc:
         return _partition_result(index, _SEQUENCE_ERRORS[exc.code], str(exc))
+    except StorageError as exc:
+        # The write was undone (log/segment.py): nothing was acknowledged, the client retries.
+        broker.storage_failed(exc)
+        return _partition_result(index, KAFKA_STORAGE_ERROR, str(exc))
     return _partition_result(index, NONE, None, info.base_offset, info.log_append_time, info.log_start_offset)
 
 
 @api(0, "Produce", 3, 10)
-def produce(broker, request):
+async def produce(broker, request):
     body = request.body
     acks = body.acks
     now = broker.clock()
     responses = []
     failed = False
+    topics = []
     for t in body.topic_data:
         topic = broker.metadata.get(t.name)
         if topic is None:
             topic = broker.auto_create(t.name)
+        topics.append(topic)
+    # Partitions written for the first time get their files off the event loop, and the
+    # appends themselves give other clients a turn every few milliseconds (a Produce to
+    # 2,000 new partitions held everyone for seconds).
+    await broker.open_partitions([(topic.name, p.index) for t, topic in zip(body.topic_data, topics)
+                                  if topic is not None for p in t.partition_data])
+    turn = TimeSlice()
+    for t, topic in zip(body.topic_data, topics):
         parts = []
         for p in t.partition_data:
             if acks not in (-1, 0, 1):
                 result = _partition_result(p.index, INVALID_REQUIRED_ACKS, f"acks={acks}")
             else:
-                result = append_partition(broker, topic, p.index, p.records, now)
+                result = append_partition(broker, topic, p.index, p.records, now, request.api_version)
             failed |= result["error_code"] != NONE
             parts.append(result)
+            await turn.tick()
         responses.append({"name": t.name, "partition_responses": parts})
     if acks == 0:
         if failed:

@@ -6,11 +6,14 @@ import uuid
 from collections import Counter
 
 from ...cluster.metadata import TopicCollision
-from ...cluster.names import InvalidTopicName, validate_topic_name
+from ...cluster.names import InvalidTopicName, collision_key, validate_topic_name
 from ...config import TOPIC_CONFIGS, resolve_topic_config
-from ..broker import MAX_PARTITIONS_PER_TOPIC
+from ...log.errors import StorageError
+from ..broker import MAX_PARTITIONS_PER_REQUEST, MAX_PARTITIONS_PER_TOPIC
 from ..errors import (
     INVALID_CONFIG,
+    KAFKA_STORAGE_ERROR,
+    POLICY_VIOLATION,
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
@@ -22,6 +25,7 @@ from ..errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ..registry import api
+from ..slices import TimeSlice
 
 ZERO_UUID = uuid.UUID(int=0)
 DEFAULT_CONFIG_SOURCE = 5
@@ -100,25 +104,63 @@ def _describe_configs(broker, overrides: dict[str, str]) -> list[dict]:
     ]
 
 
+EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
+
+
+def _requested_partitions(broker, t) -> int:
+    """Kafka's ReplicationControlManager.validateTotalNumberOfPartitions, per topic."""
+    if t.assignments:
+        return len(t.assignments)
+    if t.num_partitions == -1:
+        return broker.config.num_partitions
+    return max(t.num_partitions, 0)
+
+
 @api(19, "CreateTopics", 2, 7)
-def create_topics(broker, request):
+async def create_topics(broker, request):
     body = request.body
     counts = Counter(t.name for t in body.topics)
+    over_cap = sum(_requested_partitions(broker, t) for t in body.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
+    creating: list[tuple[dict, tuple[str, int, dict[str, str]]]] = []
+    keys: dict[str, str] = {}
+    described: dict[frozenset, list[dict]] = {}  # one description per distinct set of overrides
+    turn = TimeSlice()  # 10,000 topics in one request: other clients get turns meanwhile
     for t in body.topics:
+        await turn.tick()
         result = {"name": t.name, "topic_id": ZERO_UUID, "error_code": NONE, "error_message": None,
                   "num_partitions": -1, "replication_factor": -1, "configs": None}
         try:
+            if over_cap:
+                # Kafka rejects the whole request before looking at any topic.
+                raise _Reject(POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
             if counts[t.name] > 1:
                 raise _Reject(INVALID_REQUEST, "Create topics request from client contains a duplicate topic")
             partitions, overrides = _check_create(broker, t)
+            key = collision_key(t.name)
+            if key in keys:
+                raise _Reject(INVALID_TOPIC_EXCEPTION, f"topic {t.name!r} collides with topic {keys[key]!r}")
+            keys[key] = t.name
+            key_of = frozenset(overrides.items())
+            if key_of not in described:
+                described[key_of] = _describe_configs(broker, overrides)
+            result.update(num_partitions=partitions, replication_factor=1, configs=described[key_of])
             if not body.validate_only:
-                topic = broker.create_topic(t.name, partitions, overrides)
-                result["topic_id"] = topic.topic_id
-            result.update(num_partitions=partitions, replication_factor=1, configs=_describe_configs(broker, overrides))
+                creating.append((result, (t.name, partitions, overrides)))
         except _Reject as rej:
             result.update(error_code=rej.code, error_message=str(rej))
         results.append(result)
+    if creating:
+        created = await broker.create_topics_sliced([spec for _, spec in creating])
+        for (result, _), outcome in zip(creating, created):
+            if isinstance(outcome, StorageError):
+                result.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(outcome), num_partitions=-1,
+                              replication_factor=-1, configs=None)
+            elif isinstance(outcome, Exception):  # raced with another request meanwhile
+                result.update(error_code=TOPIC_ALREADY_EXISTS, error_message=str(outcome), num_partitions=-1,
+                              replication_factor=-1, configs=None)
+            else:
+                result["topic_id"] = outcome.topic_id
     return {"throttle_time": 0, "topics": results}
 
 
@@ -140,7 +182,20 @@ def delete_topics(broker, request):
         if topic is None:
             responses.append({"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": missing[0], "error_message": missing[1]})
             continue
-        broker.delete_topic(topic)
+        if topic.is_internal:
+            # The group coordinator lives in __consumer_offsets: odradek refuses to delete it
+            # (Kafka's controller would, and every group would be lost with it; Kafka's own
+            # kafka-topics tool refuses with this message).
+            responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": INVALID_REQUEST,
+                              "error_message": f"Topic {topic.name} is a kafka internal topic and is not allowed "
+                                               f"to be marked for deletion."})
+            continue
+        try:
+            broker.delete_topic(topic)
+        except StorageError as exc:
+            responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": KAFKA_STORAGE_ERROR,
+                              "error_message": str(exc)})
+            continue
         responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": NONE, "error_message": None})
     return {"throttle_time": 0, "responses": responses}
 
@@ -149,14 +204,27 @@ def delete_topics(broker, request):
 def create_partitions(broker, request):
     body = request.body
     counts = Counter(t.name for t in body.topics)
+    new_total = 0
+    for t in body.topics:
+        topic = broker.metadata.get(t.name)
+        if topic is not None and counts[t.name] == 1:
+            new_total += max(t.count - topic.partitions, 0)
+    over_cap = new_total > MAX_PARTITIONS_PER_REQUEST
     results = []
+    growing: dict[str, int] = {}
     for t in body.topics:
         code, message = NONE, None
         topic = broker.metadata.get(t.name)
-        if counts[t.name] > 1:
+        if over_cap:
+            code, message = POLICY_VIOLATION, EXCESSIVE_PARTITIONS
+        elif counts[t.name] > 1:
             code, message = INVALID_REQUEST, "Duplicate topic in request."
         elif topic is None:
             code, message = UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist."
+        elif topic.is_internal:
+            # Groups are placed by offsets.topic.num.partitions, and GroupCoordinator.ensure_topic
+            # refuses to start when __consumer_offsets has any other count.
+            code, message = INVALID_REQUEST, f"Topic {topic.name} is a kafka internal topic: odradek does not add partitions to it."
         elif t.count <= topic.partitions:
             code, message = INVALID_PARTITIONS, (
                 f"Topic currently has {topic.partitions} partitions, which is higher than the requested {t.count}."
@@ -171,6 +239,13 @@ def create_partitions(broker, request):
         ):
             code, message = INVALID_REPLICA_ASSIGNMENT, "Invalid replica assignment for the new partitions."
         elif not body.validate_only:
-            broker.add_partitions(topic, t.count)
+            growing[t.name] = t.count
         results.append({"name": t.name, "error_code": code, "error_message": message})
+    if growing:
+        try:
+            broker.add_partitions_many(growing)
+        except StorageError as exc:
+            for r in results:
+                if r["name"] in growing:
+                    r.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(exc))
     return {"throttle_time": 0, "results": results}

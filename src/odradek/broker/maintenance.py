@@ -1,0 +1,116 @@
+"""The broker's background storage work, each job a small asyncio loop.
+
+Theory of operation: the log layer only records what needs doing (segments rolled but
+not yet fsynced, recovery points, renamed directories of deleted topics, partitions
+never opened that may hold expired data); these loops do it without holding the event
+loop for long:
+
+- `flush_rolled`: fsync every rolled segment soon after its roll, in a worker thread on
+  a duplicate of its descriptor (Kafka flushes a rolled segment asynchronously too), then
+  advance the partition's recovery point.
+- `checkpoint`: write the recovery points every `log.flush.offset.checkpoint.interval.ms`
+  (Kafka's default 60 s), in a worker thread.
+- `purge_deleted`: remove deleted topics' directories a few at a time.
+- `retention_sweep`: partitions nobody opened since the start are visited in slices, so
+  their expired segments are deleted too without opening 100,000 partitions at once.
+
+A storage failure is reported to the log directory's health; no loop dies of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from ..log.checkpoint import write_checkpoint
+from ..log.errors import StorageError, storage_error
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_MS = 60_000
+SWEEP_SLICE = 200  # partitions looked at between yields to the event loop
+
+
+async def flush_rolled(broker, interval_s: float = 1.0) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        await flush_rolled_once(broker)
+
+
+async def flush_rolled_once(broker) -> int:
+    done = 0
+    for plog, seg in broker.logs.rolled_unflushed():
+        if broker.logs.health.offline:
+            return done
+        try:
+            fd = os.dup(seg._fd())
+        except (OSError, StorageError):
+            continue  # no descriptor to spare now: the next round tries again
+        try:
+            await asyncio.to_thread(os.fsync, fd)
+        except OSError as exc:
+            broker.storage_failed(storage_error(f"fsync of {seg.path} failed", exc))
+            continue
+        finally:
+            os.close(fd)
+        plog.mark_flushed(seg)
+        done += 1
+    return done
+
+
+async def checkpoint(broker, interval_ms: int = CHECKPOINT_INTERVAL_MS) -> None:
+    written = None
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        logs = broker.logs
+        if logs.health.offline:
+            continue
+        points = logs.recovery_snapshot()
+        if points == written:
+            continue
+        try:
+            await asyncio.to_thread(write_checkpoint, logs.checkpoint_path, points)
+            written = points
+        except StorageError as exc:
+            log.warning("%s; the next start recovers more of the log", exc)
+
+
+async def purge_deleted(broker, interval_s: float = 1.0) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        if broker.logs.pending_deletes:
+            await asyncio.to_thread(broker.logs.purge_deleted, 64)
+
+
+async def retention_sweep(broker) -> int:
+    """Open, in slices, the unopened partitions that may hold expired segments, and apply
+    retention to them. Returns segments deleted."""
+    deleted = 0
+    now = broker.clock()
+    for seen, (topic, partition, expired) in enumerate(broker.logs.unopened_partitions(now), 1):
+        if seen % SWEEP_SLICE == 0:
+            await asyncio.sleep(0)  # listing 100,000 directories must not hold the loop
+        if not expired:
+            continue
+        try:
+            plog = broker.logs.get(topic, partition)
+            if plog is not None:
+                deleted += plog.delete_old_segments(now)
+        except StorageError as exc:
+            broker.storage_failed(exc)
+    return deleted
+
+
+async def retention(broker, interval_ms: int) -> None:
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        started = time.monotonic()
+        try:
+            deleted = broker.retention() + await retention_sweep(broker)
+        except Exception:  # noqa: BLE001 - one failed pass must not end retention for good
+            log.exception("retention pass failed")
+            continue
+        if deleted:
+            log.info("retention deleted %d segment(s) in %.1f s", deleted, time.monotonic() - started)

@@ -1,0 +1,66 @@
+"""Per-partition offsets kept in one file per log directory (Kafka's OffsetCheckpointFile).
+
+odradek keeps the recovery point of every partition in
+`recovery-point-offset-checkpoint`, in Kafka's layout: a version line (0), a count
+line, then `topic partition offset` per line. The recovery point is the offset below
+which a partition's data is known to be fsynced; after an unclean stop only the
+segments at or beyond it are recovered (Kafka's LogLoader). The file is replaced
+atomically (temporary file, fsync, rename), so a crash leaves the old or the new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .errors import storage_error
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+VERSION = 0
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """The file's entries; {} when it is missing, unreadable or malformed (a malformed
+    file means recovering more, never less)."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("cannot read %s (%s): recovering every partition's unflushed segments from offset 0", path, exc)
+        return {}
+    try:
+        if int(lines[0]) != VERSION:
+            raise ValueError(f"version {lines[0]}")
+        count = int(lines[1])
+        out = {}
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.rsplit(" ", 2)
+            out[(topic, int(partition))] = int(offset)
+        if len(out) != count:
+            raise ValueError(f"{len(out)} entries, header says {count}")
+        return out
+    except (IndexError, ValueError) as exc:
+        log.warning("ignoring malformed %s (%s): recovering from offset 0", path, exc)
+        return {}
+
+
+def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
+    """Replace the file atomically. Raises StorageError (the old file stays)."""
+    body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(entries.items()))
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(f"{VERSION}\n{len(entries)}\n{body}")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise storage_error(f"cannot write {path}", exc) from exc

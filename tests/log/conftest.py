@@ -1,0 +1,10 @@
+import pytest
+
+from odradek.log import segment as segment_mod
+
+
+@pytest.fixture(autouse=True)
+def index_files_for_every_segment(monkeypatch):
+    """These tests check index files on disk with small segments: write them whatever the
+    size (the broker skips small ones; test_segment.py tests that rule on its own)."""
+    monkeypatch.setattr(segment_mod, "INDEX_FILE_MIN_BYTES", 0)
