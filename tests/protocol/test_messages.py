@@ -1,15 +1,30 @@
-"""Request parsing: kio reads a -1 array length as None even where the schema forbids null;
-such a request is the client's error (RequestParseError: close), never a handler crash."""
+"""Request parsing: kio reads a -1 array length as None even where the schema forbids null,
+and reserves room for an array from its length prefix alone; such a request is the
+client's error (RequestParseError: close), never a handler crash or a dead process."""
 
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
+import textwrap
+import uuid
 
 import pytest
 
 from odradek.broker.registry import supported_versions
-from odradek.protocol.messages import RequestParseError, parse_request
+from odradek.protocol.messages import (
+    RequestParseError,
+    _reader,
+    _skim,
+    _skim_plan,
+    parse_request,
+    request_class,
+)
+from tests.broker.fuzz_frames import Length, World, encode_request, seeds
 from tests.wire import request_frame
+
+TOPIC_ID = uuid.UUID(int=5)
 
 
 def _header_only(api_key: int, version: int) -> bytes:
@@ -34,3 +49,95 @@ def test_null_nested_array_is_a_parse_error():
     bad = frame[:-4] + struct.pack(">i", -1)
     with pytest.raises(RequestParseError, match="topics.partitions"):
         parse_request(bad, supported_versions())
+
+
+# --- nulls inside nullable arrays (the audit's cases) ---------------------------------
+
+
+@pytest.mark.parametrize("version,body,path", [
+    # OffsetFetch v7: `topics` may be null (all topics), `partition_indexes` inside may not.
+    (7, {"group_id": "g", "topics": [{"name": "t", "partition_indexes": None}], "require_stable": False},
+     "OffsetFetchRequest.topics.partition_indexes"),
+    (10, {"groups": [{"group_id": "g", "member_id": None, "member_epoch": -1,
+                      "topics": [{"topic_id": TOPIC_ID, "partition_indexes": None}]}], "require_stable": False},
+     "OffsetFetchRequest.groups.topics.partition_indexes"),
+])
+def test_offset_fetch_with_null_partition_indexes_is_a_parse_error(version, body, path):
+    with pytest.raises(RequestParseError, match=path + ": non-nullable field was serialized as null"):
+        parse_request(encode_request(9, version, body), supported_versions())
+
+
+def test_consumer_group_heartbeat_v0_with_null_partitions_is_a_parse_error():
+    body = {"group_id": "g", "member_id": "m", "member_epoch": 1, "topic_partitions": [
+        {"topic_id": TOPIC_ID, "partitions": None}]}
+    with pytest.raises(RequestParseError, match="topic_partitions.partitions: non-nullable"):
+        parse_request(encode_request(68, 0, body), supported_versions())
+
+
+def test_nulls_where_the_schema_allows_them_still_parse():
+    request = parse_request(encode_request(9, 7, {"group_id": "g", "topics": None}), supported_versions())
+    assert request.body.topics is None
+    request = parse_request(encode_request(68, 0, {"group_id": "g", "member_id": "m", "member_epoch": 1,
+                                                   "topic_partitions": None}), supported_versions())
+    assert request.body.topic_partitions is None
+
+
+# --- array lengths that the frame cannot hold -----------------------------------------
+
+
+def test_negative_array_length_is_a_parse_error():
+    frame = encode_request(2, 1, {"replica_id": -1, "topics": [{"name": "t", "partitions": Length(-2, [])}]})
+    with pytest.raises(RequestParseError, match="topics.partitions: negative array length -2"):
+        parse_request(frame, supported_versions())
+
+
+# Run apart: without the check, kio asks for tens of gigabytes and the failed allocation
+# aborts the interpreter ("memory allocation of 193256751088 bytes failed"), which would
+# take the whole test session down with it.
+_HUGE = textwrap.dedent("""
+    from odradek.broker.registry import supported_versions
+    from odradek.protocol.messages import RequestParseError, parse_request
+    from tests.broker.fuzz_frames import Length, encode_request
+    frames = [
+        # Metadata v12 (compact arrays): 2**32 - 2 topics in a 30-byte frame.
+        encode_request(3, 12, {"topics": Length(2**32 - 2, []), "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False}),
+        # ListOffsets v1 (legacy arrays): 2**31 - 1 partitions.
+        encode_request(2, 1, {"replica_id": -1, "topics": [{"name": "t", "partitions": Length(2**31 - 1, [])}]}),
+    ]
+    for frame in frames:
+        try:
+            parse_request(frame, supported_versions())
+        except RequestParseError as exc:
+            print(exc)
+""")
+
+
+def test_array_longer_than_the_frame_is_refused_before_kio_allocates():
+    done = subprocess.run([sys.executable, "-c", _HUGE], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout
+    assert "MetadataRequest.topics: tried to allocate a collection of size 4294967294" in lines[0]
+    assert "ListOffsetsRequest.topics.partitions: tried to allocate a collection of size 2147483647" in lines[1]
+
+
+# --- the length check reads every request exactly as kio does -------------------------
+
+
+def _world():
+    return World("t", TOPIC_ID, "c", "d", TOPIC_ID, "g", b"\x00" * 61, b"\x00\x01", b"\x00\x00")
+
+
+@pytest.mark.parametrize("api_key", sorted(supported_versions()))
+def test_skim_ends_where_kio_ends_for_every_version(api_key):
+    """A disagreement would refuse well-formed requests (or miss a length): for every
+    version, bodies filled, with nulls where allowed, and with tagged fields set."""
+    lo, hi = supported_versions()[api_key]
+    for version in range(lo, hi + 1):
+        cls = request_class(api_key, version)
+        for name, tree in seeds(api_key, version, _world()):
+            frame = encode_request(api_key, version, tree)
+            _, offset = _reader(cls.__header_schema__)(frame, 0)
+            _, size = _reader(cls)(frame, offset)
+            assert _skim(_skim_plan(cls), frame, offset) == offset + size, (api_key, version, name)
