@@ -1,11 +1,19 @@
-"""The running broker compacts and applies retention on its own schedule."""
+"""The running broker compacts, applies retention and flushes on its own schedule."""
 
+import asyncio
+import os
 import signal
+import threading
 import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.broker import maintenance
+from odradek.records.batch import read_header
+from odradek.records.codec import Record, encode_batch
+from tests.broker.conftest import InProcess
 
 pytestmark = pytest.mark.interop
 
@@ -83,3 +91,69 @@ def test_signals_stop_the_broker_cleanly(broker_factory, sig):
     assert b.proc.wait(20) == 0
     b.proc.stdout.close()
     assert (b.data_dir / ".odradek_clean_shutdown").exists()
+
+
+# --- the storage jobs of broker/maintenance.py, in process ------------------------------------
+
+
+def _inproc(tmp_path, **config):
+    return InProcess(tmp_path / "d", **config)
+
+
+def _append(plog, n=1, ts=None):
+    t = 1_700_000_000_000 if ts is None else ts
+    buf = bytearray(encode_batch([Record(i, t, b"k", b"v" * 100) for i in range(n)]))
+    plog.append(buf, [read_header(buf)], t)
+
+
+def test_rolled_segments_are_fsynced_off_the_loop_and_the_recovery_point_follows(tmp_path, monkeypatch):
+    b = _inproc(tmp_path)
+    b.broker.create_topic("t", 1, {"segment.bytes": "1000"})
+    plog = b.broker.logs.get("t", 0)
+    for _ in range(5):
+        _append(plog, 3)
+    assert len(plog.rolled_unflushed) >= 2 and plog.recovery_point == 0
+    threads = []
+    real = os.fsync
+    monkeypatch.setattr(maintenance.os, "fsync", lambda fd: threads.append(threading.get_ident()) or real(fd))
+    done = b.loop.run_until_complete(maintenance.flush_rolled_once(b.broker))
+    assert done >= 2 and plog.rolled_unflushed == []
+    assert plog.recovery_point == plog.active.base_offset
+    assert threads and all(t != threading.get_ident() for t in threads)  # a worker thread
+    b.close()
+
+
+def test_retention_reaches_partitions_nobody_opened(tmp_path):
+    b = _inproc(tmp_path)
+    b.broker.create_topic("old", 3, {"segment.bytes": "500", "retention.ms": "1000"})
+    for p in range(3):
+        plog = b.broker.logs.get("old", p)
+        for _ in range(4):
+            _append(plog, 2, ts=1_000)  # long expired
+    b.close()
+    again = _inproc(tmp_path)
+    assert not again.broker.logs.logs.get(("old", 0))  # not opened by the restart
+    deleted = again.loop.run_until_complete(maintenance.retention_sweep(again.broker))
+    assert deleted >= 3
+    assert all(again.broker.logs.get("old", p).log_start_offset > 0 for p in range(3))
+    again.close()
+
+
+def test_long_lived_partitions_are_frozen_out_of_full_collections(tmp_path, monkeypatch):
+    b = _inproc(tmp_path)
+    freezes = []
+    monkeypatch.setattr(maintenance.gc, "freeze", lambda: freezes.append(len(b.broker.logs.logs)))
+    monkeypatch.setattr(maintenance, "FREEZE_AFTER_OPENS", 20)
+    b.broker.create_topic("many", 50, {})
+
+    async def run():
+        task = asyncio.create_task(maintenance.freeze_long_lived(b.broker, interval_s=0.01))
+        await asyncio.sleep(0.05)
+        for p in range(30):
+            b.broker.logs.get("many", p)
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    b.loop.run_until_complete(run())
+    assert freezes and freezes[-1] >= 30
+    b.close()
