@@ -337,3 +337,35 @@ def test_many_partitions_under_a_small_descriptor_limit(tmp_path):
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
+
+
+def test_start_with_100000_partitions_under_the_default_descriptor_limit(broker_factory):
+    """100,000 partitions (10 topics of 10,000, Kafka's cap per request), 2,000 of them
+    written: the broker stops, starts and is killed and started again, serving every
+    record each time, within the machine's open-file limit."""
+    b = broker_factory("wide")
+    c = RawClient(b.bootstrap, timeout=60)
+    for t in range(10):
+        assert create(c, f"wide{t}", 10_000).error_code == 0
+    written = [(f"wide{t}", p) for t in range(10) for p in range(0, 10_000, 50)]  # 2,000 partitions
+    batch = encode_batch([Record(0, T0, None, b"v")])
+    for t in range(10):
+        parts = [{"index": p, "records": batch} for name, p in written if name == f"wide{t}"]
+        resp = c.call(0, 9, {"transactional_id": None, "acks": -1, "timeout": 30000, "topic_data": [
+            {"name": f"wide{t}", "partition_data": parts}]})
+        assert all(r.error_code == 0 for r in resp.responses[0].partition_responses)
+    c.close()
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    for how in ("stop", "kill"):
+        if how == "stop":
+            assert b.stop() == 0
+        else:
+            b.kill()
+        b.start()
+        c = RawClient(b.bootstrap, timeout=60)
+        for name, p in written[::37]:
+            assert read_all(c, name, p) == [b"v"]
+        fds = len(os.listdir(f"/proc/{b.proc.pid}/fd"))
+        assert fds < soft // 2 + 100, (fds, soft)
+        c.close()
+    no_traceback(b)
