@@ -1001,6 +1001,9 @@ def summarize(runs: list[RunResult]) -> dict[str, Any]:
             "seconds": _median([x.seconds for x in ok]),
             "broker_cpu_pct": _median([100 * x.broker_cpu_s / x.seconds for x in ok if x.seconds]),
             "client_cpu_pct": _median([100 * x.client_cpu_s / x.seconds for x in ok if x.seconds]),
+            # Broker CPU time per record: what the broker's own work costs, much steadier
+            # than the rates (the load generators share the two cores with it).
+            "broker_cpu_us_per_record": _median([1e6 * x.broker_cpu_s / runs[0].records for x in ok]),
             "rss_peak_kb": max((x.rss_peak_kb for x in phases if x.rss_peak_kb is not None), default=None),
         }
     out["rss_rest_kb"] = _median([r.rss_rest_kb for r in runs])
@@ -1039,7 +1042,7 @@ def print_table(size: int, runs_by_target: dict[str, list[RunResult]], args: arg
           f"{args.producers} producer / {args.consumers} consumer processes, acks={args.acks}, "
           f"compression={args.compression}, linger.ms={args.linger_ms}, batch.size={args.batch_size}{rep} ==")
     hdr = ("target", "produce rec/s", "produce MB/s", "consume rec/s", "consume MB/s",
-           "RSS rest", "RSS peak", "broker CPU p/c", "client CPU p/c")
+           "RSS rest", "RSS peak", "broker CPU p/c", "broker us/rec p/c", "client CPU p/c")
     rows = []
     for name, sm in sums.items():
         def cell(ph: str, key: str, fmt: Callable) -> str:
@@ -1051,16 +1054,21 @@ def print_table(size: int, runs_by_target: dict[str, list[RunResult]], args: arg
         def pct(key: str) -> str:
             return "/".join("-" if sm[ph][key] is None else f"{sm[ph][key]:.0f}%" for ph in ("produce", "consume"))
 
+        def per_record() -> str:
+            return "/".join("-" if sm[ph]["broker_cpu_us_per_record"] is None
+                            else f"{sm[ph]['broker_cpu_us_per_record']:.3f}" for ph in ("produce", "consume"))
+
         rows.append((name, cell("produce", "rec_s", _fmt_rate), cell("produce", "mb_s", _fmt_mb),
                      cell("consume", "rec_s", _fmt_rate), cell("consume", "mb_s", _fmt_mb),
                      _fmt_kb(sm["rss_rest_kb"]), _fmt_kb(sm["rss_peak_kb"]),
-                     pct("broker_cpu_pct"), pct("client_cpu_pct")))
+                     pct("broker_cpu_pct"), per_record(), pct("client_cpu_pct")))
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(hdr)]
     print("  " + "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(hdr, widths))))
     for row in rows:
         print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
     print("  (MB/s = 10^6 value bytes/s; RSS = VmRSS of the broker process tree, peak sampled every 50 ms "
-          "during produce+consume; CPU = % of one core during produce/consume, broker vs. all client processes)")
+          "during produce+consume; CPU = % of one core during produce/consume, broker vs. all client processes; "
+          "us/rec = broker CPU microseconds per record)")
     shown: set[str] = set()
     for r in allruns:
         for line in ([f"! {r.target}: {r.status}: {r.error[:2000]}"] if r.error else []) + \

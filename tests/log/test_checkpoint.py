@@ -1,6 +1,7 @@
 """The recovery-point checkpoint file, in Kafka's layout."""
 
 import errno
+import os
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(C.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(StorageError):
         C.write_checkpoint(path, {("t", 0): 2})
     assert C.read_checkpoint(path) == {("t", 0): 1}

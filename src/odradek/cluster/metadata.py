@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..log.errors import StorageError, storage_error
+from ..log.files import replace_file
 from .names import INTERNAL_TOPICS, collision_key
 
 log = logging.getLogger(__name__)
@@ -206,21 +207,12 @@ class MetadataStore:
             "group_configs": self.group_configs,
         }
         text = json.dumps(doc, separators=(",", ":"))
-        tmp = self.path.with_suffix(".tmp")
         try:
-            with open(tmp, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            replace_file(self.path, text)
             if self.journal_path.exists():
                 with open(self.journal_path, "r+b") as f:
                     f.truncate(0)
         except OSError as exc:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             raise storage_error(f"cannot write {self.path}", exc) from exc
         self._snapshot_seq = self._seq
         self._snapshot_bytes = len(text)

@@ -11,10 +11,10 @@ atomically (temporary file, fsync, rename), so a crash leaves the old or the new
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from .errors import storage_error
+from .files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +51,7 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
     """Replace the file atomically. Raises StorageError (the old file stays)."""
     body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(entries.items()))
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
-            f.write(f"{VERSION}\n{len(entries)}\n{body}")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_file(path, f"{VERSION}\n{len(entries)}\n{body}")
     except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise storage_error(f"cannot write {path}", exc) from exc

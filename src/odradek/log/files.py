@@ -148,3 +148,21 @@ def sync_filesystem(directory: Path) -> bool:
         return _SYNCFS(fd) == 0
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: a temporary file, fsync, rename. A crash leaves
+    the old file or the new one; an OSError leaves the old one and no temporary behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
