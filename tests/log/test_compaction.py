@@ -403,8 +403,8 @@ def test_compaction_rebuilds_indexes_on_disk(logdir):
     seg = plog.segments[0]
     hs = list(iter_headers(seg.pread(0, seg.size)))
     assert [h.base_offset for h in hs] == [7, 8, 9]
-    assert seg.index.keys == [7, 8, 9]
-    assert seg.index.values == [h.position for h in hs]
+    assert list(seg.index.keys) == [7, 8, 9]
+    assert list(seg.index.values) == [h.position for h in hs]
     assert seg.index.path.read_bytes() == b"".join(
         (h.base_offset).to_bytes(4, "big") + h.position.to_bytes(4, "big") for h in hs
     )

@@ -31,8 +31,8 @@ def test_offset_index_append_ignores_non_increasing_offsets(tmp_path):
     idx.append(BASE + 10, 900)  # same offset: ignored
     idx.append(BASE + 5, 1200)  # going backwards: ignored
     idx.append(BASE + 20, 1500)
-    assert idx.keys == [BASE, BASE + 10, BASE + 20]
-    assert idx.values == [0, 500, 1500]
+    assert list(idx.keys) == [BASE, BASE + 10, BASE + 20]
+    assert list(idx.values) == [0, 500, 1500]
     assert len(idx) == 3
 
 
@@ -160,7 +160,7 @@ def test_offset_index_load_rejects_position_past_segment(tmp_path):
         idx.load(segment_size=1000)  # position == size: no batch can start there
     ok = offset_index(tmp_path)
     ok.load(segment_size=1001)
-    assert ok.values == [0, 1000]
+    assert list(ok.values) == [0, 1000]
 
 
 def test_offset_index_truncate_to_position(tmp_path):
@@ -169,7 +169,7 @@ def test_offset_index_truncate_to_position(tmp_path):
         idx.append(off, pos)
     idx.flush()
     idx.truncate_to_position(300)  # drops the entry at 300 and after
-    assert idx.keys == [BASE]
+    assert list(idx.keys) == [BASE]
     assert not idx.path.exists()  # rewritten on next flush
     idx.flush()
     assert idx.path.read_bytes() == struct.pack(">II", 0, 0)
@@ -193,8 +193,8 @@ def test_time_index_append_keeps_only_increasing_timestamps(tmp_path):
     ti.append(100, BASE + 1)  # not larger: ignored
     ti.append(50, BASE + 2)  # smaller: ignored
     ti.append(200, BASE + 3)
-    assert ti.keys == [100, 200]
-    assert ti.values == [BASE, BASE + 3]
+    assert list(ti.keys) == [100, 200]
+    assert list(ti.values) == [BASE, BASE + 3]
 
 
 def test_time_index_lookup(tmp_path):
@@ -279,7 +279,7 @@ def test_time_index_load_rejects_offset_past_segment(tmp_path):
         ti.load(next_offset=BASE + 10)  # offset BASE+10 is not in the segment
     ok = time_index(tmp_path)
     ok.load(next_offset=BASE + 11)
-    assert ok.values == [BASE, BASE + 10]
+    assert list(ok.values) == [BASE, BASE + 10]
 
 
 def test_time_index_truncate_to_offset(tmp_path):
@@ -288,6 +288,6 @@ def test_time_index_truncate_to_offset(tmp_path):
         ti.append(ts, off)
     ti.flush()
     ti.truncate_to_offset(BASE + 10)
-    assert ti.keys == [100] and ti.values == [BASE]
+    assert list(ti.keys) == [100] and list(ti.values) == [BASE]
     ti.flush()
     assert ti.path.read_bytes() == struct.pack(">qI", 100, 0)

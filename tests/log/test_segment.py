@@ -337,8 +337,8 @@ def test_recovery_of_clean_segment_changes_nothing(tmp_path):
     tkeys = list(seg.time_index.keys)
     assert seg.recover() == RecoveryResult(0, 3)
     assert read_file(seg) == before
-    assert seg.index.keys == keys and seg.index.values == values
-    assert seg.time_index.keys == tkeys
+    assert list(seg.index.keys) == keys and list(seg.index.values) == values
+    assert list(seg.time_index.keys) == tkeys
     seg.close()
 
 
@@ -353,7 +353,7 @@ def test_load_trusting_flushed_indexes(tmp_path):
     seg = reopen(seg)
     assert seg.load() is None  # no recovery needed
     assert (seg.next_offset, seg.max_timestamp, seg.max_timestamp_position, seg.size) == expected
-    assert (seg.index.keys, seg.index.values) == idx
+    assert (list(seg.index.keys), list(seg.index.values)) == idx
     assert seg.first_batch_timestamp == T0 + 1  # max timestamp of the first batch (2 records: T0, T0+1)
     for base, last, raw in batches:
         h = seg.find(base)
@@ -404,7 +404,7 @@ def test_load_with_missing_index_files_rebuilds(tmp_path, missing):
         seg.time_index.path.unlink()
     result = seg.load()
     assert result == RecoveryResult(0, 3)
-    assert (seg.next_offset, seg.max_timestamp, seg.index.keys, seg.time_index.keys) == expected
+    assert (seg.next_offset, seg.max_timestamp, list(seg.index.keys), list(seg.time_index.keys)) == expected
     assert seg.index.path.exists() and seg.time_index.path.exists()
     seg.close()
 
@@ -447,12 +447,12 @@ def test_load_with_corrupt_index_files_rebuilds(tmp_path, how):
     assert isinstance(result, RecoveryResult)
     assert result.truncated_bytes == 0 and result.batches == 3
     assert (seg.next_offset, seg.max_timestamp, seg.max_timestamp_position,
-            seg.index.keys, seg.index.values, seg.time_index.keys) == expected
+            list(seg.index.keys), list(seg.index.values), list(seg.time_index.keys)) == expected
     # Rebuilt files are sane again.
     fresh = Segment(tmp_path, BASE, 0, T0)
     fresh.index.load(seg.size)
     fresh.time_index.load(seg.next_offset)
-    assert fresh.index.keys == expected[3]
+    assert list(fresh.index.keys) == expected[3]
     fresh.close()
     for base, _, raw in batches:
         h = seg.find(base)
@@ -512,7 +512,7 @@ def test_truncate_to(tmp_path):
     assert seg.next_offset == batches[1][0]
     assert read_file(seg) == batches[0][2]
     assert seg.find(batches[1][0]) is None
-    assert seg.index.keys == [BASE]
+    assert list(seg.index.keys) == [BASE]
     seg.close()
 
 
@@ -684,10 +684,23 @@ def test_small_segments_keep_their_indexes_in_memory_only(tmp_path, monkeypatch)
     assert not seg.index.path.exists() and not seg.time_index.path.exists()
     seg = Segment(tmp_path, BASE, 0, T0)
     assert seg.load() == RecoveryResult(0, 2)  # rebuilt by scanning
-    assert (seg.next_offset, seg.index.keys, seg.max_timestamp) == expected
+    assert (seg.next_offset, list(seg.index.keys), seg.max_timestamp) == expected
     fill(seg, [400], value_size=200)  # past the threshold: now worth files
     seg.close()
     assert seg.index.path.exists() and seg.time_index.path.exists()
     seg = Segment(tmp_path, BASE, 0, T0)
     assert seg.load() is None
+    seg.close()
+
+
+def test_the_time_index_grows_with_the_offset_index_not_with_every_batch(tmp_path):
+    # Kafka's LogSegment.append: one time entry per index.interval.bytes. One per batch
+    # (timestamps almost always grow) made the broker's memory climb 3 MB a minute.
+    seg = new_segment(tmp_path, interval=4096)
+    for i in range(500):
+        append(seg, make_batch(BASE + i, 1, T0 + i))
+    assert len(seg.time_index) <= len(seg.index) <= 500 * 100 // 4096 + 2
+    for ts in (T0 - 1, T0, T0 + 1, T0 + 250, T0 + 499):
+        assert seg.find_timestamp(ts).base_offset == BASE + max(ts - T0, 0)
+    assert seg.find_timestamp(T0 + 500) is None
     seg.close()

@@ -2,7 +2,7 @@
 
 Theory of operation: every `index.interval.bytes` of appended batches the segment adds
 one entry to each index (Kafka's LogSegment does the same). Entries are kept in memory
-(two parallel lists, searched with bisect) and written to disk in Kafka's layout when
+(two parallel int64 arrays, searched with bisect) and written to disk in Kafka's layout when
 the segment is flushed, rolled or closed:
 
     .index      relative offset u32, position u32        (8 bytes per entry)
@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import logging
 import struct
+from array import array
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -43,16 +44,18 @@ class _Index:
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
-        self.keys: list[int] = []
-        self.values: list[int] = []
+        # Typed arrays, not lists: 16 bytes an entry instead of about 70 (two int objects
+        # and two list slots); a 1 GiB segment holds 262,144 offset entries.
+        self.keys = array("q")
+        self.values = array("q")
         self._persisted = 0  # entries already on disk
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def clear(self) -> None:
-        self.keys.clear()
-        self.values.clear()
+        del self.keys[:]
+        del self.values[:]
         self._persisted = 0
         try:
             self.path.unlink(missing_ok=True)
@@ -122,7 +125,7 @@ class OffsetIndex(_Index):
                 raise IndexCorrupt(f"{self.path}: entry ({off}, {pos}) out of order or past the segment")
             keys.append(off)
             values.append(pos)
-        self.keys, self.values, self._persisted = keys, values, len(keys)
+        self.keys, self.values, self._persisted = array("q", keys), array("q", values), len(keys)
 
 
 class TimeIndex(_Index):
@@ -156,4 +159,4 @@ class TimeIndex(_Index):
                 raise IndexCorrupt(f"{self.path}: entry ({ts}, {off}) out of order or past the segment")
             keys.append(ts)
             values.append(off)
-        self.keys, self.values, self._persisted = keys, values, len(keys)
+        self.keys, self.values, self._persisted = array("q", keys), array("q", values), len(keys)

@@ -272,6 +272,7 @@ class PartitionLog:
     def roll(self, now_ms: int) -> Segment:
         old = self.active
         seg = Segment(self.directory, old.next_offset, self.index_interval, now_ms, self.files)
+        old.seal_time_index()
         old.flush_indexes()
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
