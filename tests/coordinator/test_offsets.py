@@ -141,6 +141,18 @@ def test_membership_free_commits_create_a_simple_group():
     assert c.commit(group="simple", member="m", epoch=3) == {("foo", 0): int(UNKNOWN_MEMBER_ID)}
 
 
+def test_commit_with_member_id_and_no_epoch_creates_a_simple_group():
+    # librdkafka's consumer-protocol consumer has a client-generated member id from creation
+    # and commits after assign() with it and epoch -1 (conformance tests 0026, 0030, 0099,
+    # 0130, 0140); Kafka's validateOffsetCommit accepts any negative epoch into a new group.
+    c = Coord()
+    assert c.commit(group="manual", member="lrk-uuid", epoch=-1, offsets=[("foo", 0, 3)]) == {("foo", 0): OK}
+    assert c.fetch(group="manual", topics=[("foo", [0])]) == {("foo", 0): 3}
+    # And again once the simple group holds offsets (was UNKNOWN_MEMBER_ID).
+    assert c.commit(group="manual", member="lrk-uuid", epoch=-1, offsets=[("foo", 0, 7)]) == {("foo", 0): OK}
+    assert c.fetch(group="manual", topics=[("foo", [0])]) == {("foo", 0): 7}
+
+
 def test_metadata_too_large_is_per_partition():
     c = Coord()
     req = CommitRequest("g", topics=(("foo", FOO, (CommitPartition(0, 1, -1, "x" * 5000), CommitPartition(1, 2))),))

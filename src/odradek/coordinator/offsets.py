@@ -2,9 +2,9 @@
 
 Theory of operation: an offset is an OffsetCommit record keyed (group, topic, partition);
 the newest value wins and a tombstone deletes it. Who may commit:
-  * a request without membership (member id empty, epoch/generation -1: admin tools and
-    manually assigned consumers) when the group is empty or does not exist; a group that
-    does not exist becomes a "simple" group holding only offsets, as in Kafka;
+  * a request without membership (epoch/generation -1: admin tools and manually assigned
+    consumers, with or without a member id) when the group is empty or does not exist; a
+    group that does not exist becomes a "simple" group holding only offsets, as in Kafka;
   * a classic-group member, checked against the generation (Kafka's ClassicGroup
     validateOffsetCommit): FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
     and REBALANCE_IN_PROGRESS while the group waits for the leader's assignment;
@@ -132,7 +132,11 @@ def commit(shard: Shard, req: CommitRequest, now_ms: int) -> Result:
             _classic_check(classic, req)
             member = None
         elif group is None:
-            if req.member_epoch >= 0 or req.member_id:
+            # Kafka's OffsetMetadataManager.validateOffsetCommit: a negative generation/epoch
+            # into a group that does not exist creates a simple group, whatever member id the
+            # request carries (librdkafka's consumer-protocol consumers commit after assign()
+            # with their client-generated member id and epoch -1).
+            if req.member_epoch >= 0:
                 if req.group_id in shard.offsets:
                     # An offsets-only ("simple") group has no members to commit as.
                     raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Group {req.group_id} has no member {req.member_id}.")

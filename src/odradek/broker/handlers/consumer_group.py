@@ -10,6 +10,7 @@ from ...coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
 from ...coordinator.errors import INVALID_REQUEST
 from ...coordinator.groups import describe_consumer_group
 from ..registry import api
+from .groups import with_group_operations
 
 
 def _ms(v) -> int:
@@ -39,11 +40,12 @@ def consumer_group_heartbeat(broker, request):
 @api(69, "ConsumerGroupDescribe", 0, 1)
 def consumer_group_describe(broker, request):
     runtime = broker.coordinator.runtime
+    ops = bool(request.field("include_authorized_operations", False))
     groups = []
     for gid in request.body.group_ids:
         if not gid:
             groups.append({**describe_consumer_group(runtime.shard_for(gid), gid), "error_code": INVALID_REQUEST,
                            "error_message": "group id is empty"})
             continue
-        groups.append(describe_consumer_group(runtime.shard_for(gid), gid))
+        groups.append(with_group_operations(describe_consumer_group(runtime.shard_for(gid), gid), ops))
     return {"throttle_time": 0, "groups": groups}

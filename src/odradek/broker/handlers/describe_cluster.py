@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import NONE
 from ..registry import api
-from .metadata import NO_OPS
+from ...security.operations import authorized_operations
 
 BROKERS_ENDPOINT = 1
 UNSUPPORTED_ENDPOINT_TYPE = 115
@@ -35,5 +35,6 @@ def describe_cluster(broker, request):
         "cluster_id": broker.metadata.cluster_id,
         "controller_id": broker.config.node_id,
         "brokers": brokers,
-        "cluster_authorized_operations": NO_OPS,
+        "cluster_authorized_operations": authorized_operations(
+            "cluster", bool(request.field("include_cluster_authorized_operations", False))),
     }

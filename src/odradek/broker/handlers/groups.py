@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from ...coordinator.groups import delete_group, describe_classic_group, listed_groups
+from ...security.operations import authorized_operations
 from ..errors import NONE
 from ..registry import api
+
+
+def with_group_operations(described: dict, requested: bool) -> dict:
+    """KIP-430: a described group's authorized operations, when asked (Kafka sets them on
+    groups described without error)."""
+    if requested and described["error_code"] == NONE:
+        described["authorized_operations"] = authorized_operations("group", True)
+    return described
 
 
 @api(16, "ListGroups", 0, 5)
@@ -21,8 +30,10 @@ def list_groups(broker, request):
 @api(15, "DescribeGroups", 0, 6)
 def describe_groups(broker, request):
     runtime = broker.coordinator.runtime
+    ops = bool(request.field("include_authorized_operations", False))
     return {"throttle_time": 0, "groups": [
-        describe_classic_group(runtime.shard_for(g), g, request.api_version) for g in request.body.groups
+        with_group_operations(describe_classic_group(runtime.shard_for(g), g, request.api_version), ops)
+        for g in request.body.groups
     ]}
 
 

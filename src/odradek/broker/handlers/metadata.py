@@ -14,9 +14,9 @@ from ..errors import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...security.operations import NOT_REQUESTED as NO_OPS
+from ...security.operations import authorized_operations
 from ..registry import api
-
-NO_OPS = -(2**31)  # "authorized operations not requested"
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -114,12 +114,18 @@ async def metadata(broker, request):
             t = broker.metadata.get(name)
             topics.append(topic_entry(broker, t) if t else _error_entry(name, None, UNKNOWN_TOPIC_OR_PARTITION))
             described += t.partitions if t else 0
+    if request.field("include_topic_authorized_operations", False):
+        # Kafka sets it on every topic of the response (KafkaApis.handleTopicMetadataRequest).
+        ops = authorized_operations("topic", True)
+        for t in topics:
+            t["topic_authorized_operations"] = ops
     return {
         "throttle_time": 0,
         "brokers": broker_entries(broker),
         "cluster_id": broker.metadata.cluster_id,
         "controller_id": broker.config.node_id,
         "topics": topics,
-        "cluster_authorized_operations": NO_OPS,
+        "cluster_authorized_operations": authorized_operations(
+            "cluster", bool(request.field("include_cluster_authorized_operations", False))),
         "error_code": NONE,
     }

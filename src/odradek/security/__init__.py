@@ -1,0 +1,1 @@
+"""Who may do what: authorized-operation answers today; authentication and ACLs later."""

@@ -1,0 +1,56 @@
+"""Authorized operations (KIP-430) as Metadata, DescribeCluster, DescribeGroups and
+ConsumerGroupDescribe report them.
+
+Kafka's AuthHelper.authorizedOperations answers every operation the resource type
+supports (AclEntry.supportedOperations) when no authorizer is configured, which is
+odradek's case until the security issue adds one. The answer is a 32-bit field with bit
+`code` set for each AclOperation code; INT32_MIN means "not requested".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import IntEnum
+
+
+class AclOperation(IntEnum):
+    # org.apache.kafka.common.acl.AclOperation codes
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+NOT_REQUESTED = -(2**31)
+
+_Op = AclOperation
+# AclEntry.supportedOperations (Kafka 4.x)
+SUPPORTED = {
+    "topic": (_Op.READ, _Op.WRITE, _Op.CREATE, _Op.DESCRIBE, _Op.DELETE, _Op.ALTER, _Op.DESCRIBE_CONFIGS,
+              _Op.ALTER_CONFIGS),
+    "group": (_Op.READ, _Op.DESCRIBE, _Op.DELETE, _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS),
+    "cluster": (_Op.CREATE, _Op.CLUSTER_ACTION, _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS, _Op.IDEMPOTENT_WRITE,
+                _Op.ALTER, _Op.DESCRIBE),
+}
+
+
+def to_bitfield(ops: Iterable[int]) -> int:
+    """Kafka's Utils.to32BitField: bit `code` for each operation."""
+    field = 0
+    for op in ops:
+        field |= 1 << int(op)
+    return field
+
+
+def authorized_operations(resource_type: str, requested: bool) -> int:
+    """The field for one resource: every supported operation while no authorizer is
+    configured (AuthHelper.authorizedOperations with `authorizer == None`)."""
+    if not requested:
+        return NOT_REQUESTED
+    return to_bitfield(SUPPORTED[resource_type])
