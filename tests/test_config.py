@@ -186,7 +186,7 @@ def test_load_config_file_then_overrides(tmp_path):
 def test_broker_configs_reports_every_topic_default():
     b = BrokerConfig().broker_configs()
     for setting in TOPIC_CONFIGS.values():
-        assert setting.broker_key in b
+        assert setting.broker_key is None or setting.broker_key in b
     assert b["log.retention.ms"] == str(7 * DAY_MS)
     assert b["auto.create.topics.enable"] == "true"
 
@@ -209,7 +209,7 @@ def test_resolve_topic_config_overrides_and_parses():
         {"retention.ms": "1000", "cleanup.policy": "delete, compact", "message.timestamp.type": "LogAppendTime"},
     )
     assert out["retention.ms"] == 1000
-    assert out["cleanup.policy"] == "compact,delete"
+    assert out["cleanup.policy"] == "delete,compact"  # Kafka's LIST: order kept, blanks trimmed
     assert out["message.timestamp.type"] == "LogAppendTime"
     assert out["segment.bytes"] == defaults["segment.bytes"]
     assert defaults["retention.ms"] == 7 * DAY_MS  # the defaults are not mutated
@@ -236,11 +236,14 @@ def test_unknown_topic_config_key_raises_key_error():
         ("segment.bytes", "1.5"),
         ("segment.bytes", ""),
         ("cleanup.policy", "archive"),
-        ("cleanup.policy", ""),
+        ("cleanup.policy", "compact,"),
         ("cleanup.policy", "compact,archive"),
         ("message.timestamp.type", "createtime"),
-        ("compression.type", "gzip"),
+        ("compression.type", "GZIP"),
         ("compression.type", "brotli"),
+        ("retention.ms", "1_000"),
+        ("min.cleanable.dirty.ratio", "half"),
+        ("preallocate", "1"),
     ],
 )
 def test_bad_topic_config_value_raises_value_error(key, value):
@@ -267,11 +270,82 @@ def test_out_of_range_topic_config_value_raises_value_error(key, value):
         resolve_topic_config(BrokerConfig().topic_defaults(), {key: value})
 
 
-def test_compression_type_producer_accepted():
-    out = resolve_topic_config(BrokerConfig().topic_defaults(), {"compression.type": "producer"})
-    assert out["compression.type"] == "producer"
+@pytest.mark.parametrize("codec", ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"])
+def test_compression_type_accepts_kafkas_names(codec):
+    """Kafka's BrokerCompressionType names, kept as Kafka spells them (the produce path
+    reads config["compression.type"] to recompress)."""
+    out = resolve_topic_config(BrokerConfig().topic_defaults(), {"compression.type": codec})
+    assert out["compression.type"] == codec
+
+
+def test_an_empty_cleanup_policy_is_a_valid_list():
+    """Kafka's ValidList accepts an empty list: neither delete nor compact (infinite retention)."""
+    out = resolve_topic_config(BrokerConfig().topic_defaults(), {"cleanup.policy": ""})
+    assert out["cleanup.policy"] == ""
 
 
 def test_retention_minus_one_accepted():
     out = resolve_topic_config(BrokerConfig().topic_defaults(), {"retention.ms": "-1", "retention.bytes": "-1"})
     assert out["retention.ms"] == -1 and out["retention.bytes"] == -1
+
+
+@pytest.mark.parametrize(
+    "key, value, parsed",
+    [
+        ("min.cleanable.dirty.ratio", "0.01", 0.01),
+        ("max.compaction.lag.ms", "100", 100),
+        ("file.delete.delay.ms", "10000", 10000),
+        ("preallocate", "TRUE", True),
+        ("unclean.leader.election.enable", " false ", False),
+        ("min.insync.replicas", "2", 2),
+        ("compression.zstd.level", "-131072", -131072),
+        ("compression.gzip.level", "-1", -1),
+        ("segment.jitter.ms", "5", 5),
+        ("local.retention.ms", "-2", -2),
+    ],
+)
+def test_kafka_4_topic_configs_parse_to_typed_values(key, value, parsed):
+    out = resolve_topic_config(BrokerConfig().topic_defaults(), {key: value})
+    assert out[key] == parsed and type(out[key]) is type(parsed)
+
+
+# ----------------------------------------------------------------------------- dynamic broker configs
+
+
+def test_topic_defaults_follow_dynamic_then_static_then_default():
+    c = apply("log.retention.ms=3000\n")
+    dynamic = {}
+    c.attach_dynamic(dynamic)
+    assert c.topic_defaults()["retention.ms"] == 3000
+    dynamic[""] = {"log.retention.ms": "5000", "compression.type": "zstd"}
+    assert c.topic_defaults()["retention.ms"] == 5000  # the store is read live, not copied
+    assert c.topic_defaults()["compression.type"] == "zstd"
+    dynamic["1"] = {"log.retention.ms": "4000"}
+    assert c.topic_defaults()["retention.ms"] == 4000
+    dynamic["2"] = {"log.retention.ms": "1"}  # another broker's
+    assert c.topic_defaults()["retention.ms"] == 4000
+    dynamic["1"] = {"log.retention.ms": "garbage"}  # an unparsable stored value is skipped
+    assert c.topic_defaults()["retention.ms"] == 5000
+
+
+def test_log_default_synonyms_in_kafkas_order():
+    c = apply("log.segment.bytes=3000\n")
+    c.attach_dynamic({"": {"log.segment.bytes": "5000"}, "1": {"log.segment.bytes": "4000"}})
+    assert c.log_default_synonyms(TOPIC_CONFIGS["segment.bytes"]) == [
+        ("log.segment.bytes", 4000, 2), ("log.segment.bytes", 5000, 3), ("log.segment.bytes", 3000, 4),
+        ("log.segment.bytes", 1 << 30, 5)]
+    assert c.log_default_synonyms(TOPIC_CONFIGS["remote.storage.enable"]) == []
+
+
+def test_coarser_aliases_of_new_keys():
+    assert apply("log.roll.jitter.hours=2").topic_defaults()["segment.jitter.ms"] == 7_200_000
+    assert apply("log.flush.scheduler.interval.ms=500").topic_defaults()["flush.ms"] == 500
+    assert apply("log.flush.scheduler.interval.ms=500\nlog.flush.interval.ms=7").topic_defaults()["flush.ms"] == 7
+    assert apply("log.cleaner.min.cleanable.ratio=0.25").topic_defaults()["min.cleanable.dirty.ratio"] == 0.25
+
+
+def test_static_broker_keys_are_the_configured_ones():
+    c = apply("num.partitions=3\nlog.retention.ms=10\n")
+    keys = c.static_broker_keys()
+    assert {"num.partitions", "log.retention.ms"} <= keys
+    assert "auto.create.topics.enable" not in keys

@@ -1,20 +1,43 @@
 """Broker and topic configuration, with Kafka's key names.
 
 Broker settings come from (lowest to highest precedence) built-in defaults, a Java-style
-properties file (`--config`), and command-line flags. Topic settings are the broker's
-`log.*` defaults overridden per topic, exactly as Kafka's `LogConfig` derives them; the
-table `TOPIC_CONFIGS` maps each topic key to its broker key and type.
+properties file (`--config`), and command-line flags: the static configuration. Dynamic
+broker configs (AlterConfigs on a BROKER resource, stored in the cluster metadata) sit
+above it: the cluster-wide default (resource name "") and, above that, this broker's
+own (its node id), as in Kafka's DynamicBrokerConfig.
+
+Topic settings are the broker's `log.*` defaults overridden per topic, exactly as
+Kafka's `LogConfig` derives them (KafkaConfigSchema.resolveEffectiveTopicConfig: topic
+override, dynamic per-broker, dynamic cluster default, static, ConfigDef default); the
+table `log_config.TOPIC_CONFIGS` maps each topic key to its broker key and type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-DAY_MS = 24 * 3600 * 1000
-LONG_MAX = (1 << 63) - 1
-INT_MAX = (1 << 31) - 1
+from .configdef import LONG_MAX, ConfigError  # noqa: F401  (LONG_MAX re-exported)
+from .log_config import (  # noqa: F401  (re-exported: the historical home of these names)
+    BY_BROKER_KEY,
+    DAY_MS,
+    INT_MAX,
+    TOPIC_CONFIGS,
+    TopicSetting,
+    resolve_topic_config,
+    validate_topic_config,
+)
+
+# DescribeConfigs ConfigSource (DescribeConfigsResponse.ConfigSource)
+DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+CLUSTER_DEFAULT = ""  # the BROKER resource name of the cluster-wide dynamic default
 
 
 def _bool(v: str | bool) -> bool:
@@ -26,83 +49,6 @@ def _bool(v: str | bool) -> bool:
     if s in ("false", "0", "no"):
         return False
     raise ValueError(f"not a boolean: {v!r}")
-
-
-def _policy(v: str) -> str:
-    parts = sorted(p.strip() for p in str(v).split(",") if p.strip())
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError(f"cleanup.policy must be delete, compact or both, not {v!r}")
-    return ",".join(parts)
-
-
-def _ts_type(v: str) -> str:
-    if v not in ("CreateTime", "LogAppendTime"):
-        raise ValueError(f"message.timestamp.type must be CreateTime or LogAppendTime, not {v!r}")
-    return v
-
-
-def _compression(v: str) -> str:
-    if v not in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
-        raise ValueError(f"unknown compression.type {v!r}")
-    if v != "producer":
-        # Recompressing on the broker would mean per-record work; odradek keeps batches as sent.
-        raise ValueError("odradek only supports compression.type=producer")
-    return v
-
-
-def _at_least(minimum: int) -> Callable[[Any], int]:
-    """An integer config with Kafka's lower bound (LogConfig's ConfigDef ranges)."""
-
-    def parse(v: Any) -> int:
-        n = int(v)
-        if n < minimum:
-            raise ValueError(f"value {n} is below the minimum {minimum}")
-        return n
-
-    return parse
-
-
-def _between(minimum: int, maximum: int) -> Callable[[Any], int]:
-    def parse(v: Any) -> int:
-        n = int(v)
-        if not minimum <= n <= maximum:
-            raise ValueError(f"value {n} is outside [{minimum}, {maximum}]")
-        return n
-
-    return parse
-
-
-@dataclass(frozen=True)
-class TopicSetting:
-    broker_key: str
-    parse: Callable[[Any], Any]
-    default: Any
-    doc: str
-
-
-# topic key -> how it defaults from the broker (Kafka's LogConfig / ServerLogConfigs)
-TOPIC_CONFIGS: dict[str, TopicSetting] = {
-    "cleanup.policy": TopicSetting("log.cleanup.policy", _policy, "delete", "delete and/or compact old segments"),
-    # segment.bytes is an int in Kafka: a segment's file positions must fit the index's 32 bits.
-    "segment.bytes": TopicSetting("log.segment.bytes", _between(14, INT_MAX), 1 << 30, "roll a segment at this size"),
-    "segment.ms": TopicSetting("log.roll.ms", _at_least(1), 7 * DAY_MS, "roll a segment at this age"),
-    "retention.ms": TopicSetting("log.retention.ms", _at_least(-1), 7 * DAY_MS, "delete segments older than this (-1: never)"),
-    "retention.bytes": TopicSetting("log.retention.bytes", int, -1, "delete oldest segments beyond this size per partition (-1: no limit)"),
-    "delete.retention.ms": TopicSetting("log.cleaner.delete.retention.ms", _at_least(0), DAY_MS, "how long tombstones survive compaction"),
-    "min.compaction.lag.ms": TopicSetting("log.cleaner.min.compaction.lag.ms", _at_least(0), 0, "records younger than this are not compacted"),
-    "flush.messages": TopicSetting("log.flush.interval.messages", _at_least(1), (1 << 63) - 1, "fsync after this many messages"),
-    "flush.ms": TopicSetting("log.flush.interval.ms", _at_least(0), (1 << 63) - 1, "fsync at least this often"),
-    "index.interval.bytes": TopicSetting("log.index.interval.bytes", _at_least(0), 4096, "bytes between offset index entries"),
-    "max.message.bytes": TopicSetting("message.max.bytes", _at_least(0), 1048588, "largest record batch accepted"),
-    "message.timestamp.type": TopicSetting("log.message.timestamp.type", _ts_type, "CreateTime", "CreateTime or LogAppendTime"),
-    "compression.type": TopicSetting("compression.type", _compression, "producer", "only 'producer' (batches are stored as sent)"),
-    # KIP-937: CreateTime records further than this before/after the broker's clock are
-    # rejected (INVALID_TIMESTAMP). Kafka 4 defaults: no lower bound, one hour ahead.
-    "message.timestamp.before.max.ms": TopicSetting(
-        "log.message.timestamp.before.max.ms", _at_least(0), LONG_MAX, "largest age of a CreateTime timestamp"),
-    "message.timestamp.after.max.ms": TopicSetting(
-        "log.message.timestamp.after.max.ms", _at_least(0), 3_600_000, "largest lead of a CreateTime timestamp"),
-}
 
 
 @dataclass
@@ -135,20 +81,65 @@ class BrokerConfig:
     log_max_open_files: int = -1
     log_defaults: dict[str, Any] = field(default_factory=dict)  # broker key -> value
     extra: dict[str, str] = field(default_factory=dict)  # unrecognised keys, kept for DescribeConfigs
+    static_keys: set[str] = field(default_factory=set)  # keys the properties file set
+    # Dynamic broker configs: resource name ("" or a node id) -> {key: value as given}. The
+    # broker attaches the cluster metadata's own dict (attach_dynamic), so a change the
+    # metadata journal applies is seen here at once, and after a restart.
+    dynamic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def advertised(self) -> tuple[str, int]:
         return (self.advertise_host or self.listen_host, self.advertise_port or self.listen_port)
 
+    # --- dynamic broker configs ----------------------------------------------------------
+
+    def attach_dynamic(self, store: dict[str, dict[str, str]]) -> None:
+        """Read dynamic broker configs from `store` (MetadataStore.broker_configs) from now on."""
+        self.dynamic_configs = store
+
+    def dynamic_default(self) -> dict[str, str]:
+        return self.dynamic_configs.get(CLUSTER_DEFAULT) or {}
+
+    def dynamic_broker(self) -> dict[str, str]:
+        return self.dynamic_configs.get(str(self.node_id)) or {}
+
+    # --- topic defaults ----------------------------------------------------------------
+
+    def log_default_synonyms(self, setting: TopicSetting) -> list[tuple[str, Any, int]]:
+        """(broker key, value, ConfigSource) for a topic key's broker synonym, highest
+        precedence first, as Kafka's ConfigHelper.configSynonyms lists them: dynamic
+        per-broker, dynamic cluster default, static, default. A stored dynamic value
+        that no longer parses is skipped, as Kafka ignores invalid dynamic configs."""
+        if setting.broker_key is None:
+            return []
+        key = setting.broker_key
+        out: list[tuple[str, Any, int]] = []
+        for values, source in ((self.dynamic_broker(), DYNAMIC_BROKER_CONFIG),
+                               (self.dynamic_default(), DYNAMIC_DEFAULT_BROKER_CONFIG)):
+            if key in values:
+                try:
+                    out.append((key, setting.parse(values[key], name=key), source))
+                except ConfigError:
+                    pass
+        if key in self.log_defaults:
+            out.append((key, self.log_defaults[key], STATIC_BROKER_CONFIG))
+        out.append((key, setting.default, DEFAULT_CONFIG))
+        return out
+
     def topic_defaults(self) -> dict[str, Any]:
         """The effective default value of every topic config key."""
+        per_broker, cluster = self.dynamic_broker(), self.dynamic_default()
         out = {}
         for key, setting in TOPIC_CONFIGS.items():
-            out[key] = self.log_defaults.get(setting.broker_key, setting.default)
+            broker_key = setting.broker_key
+            if broker_key is not None and (broker_key in per_broker or broker_key in cluster):
+                out[key] = self.log_default_synonyms(setting)[0][1]
+            else:
+                out[key] = self.log_defaults.get(broker_key, setting.default) if broker_key else setting.default
         return out
 
     def broker_configs(self) -> dict[str, str]:
-        """Broker configs as DescribeConfigs reports them (Kafka key names)."""
+        """The static broker configs (file, flags, defaults) with Kafka key names."""
         host, port = self.advertised
         out = {
             "node.id": str(self.node_id),
@@ -161,6 +152,7 @@ class BrokerConfig:
             "auto.create.topics.enable": str(self.auto_create_topics).lower(),
             "socket.request.max.bytes": str(self.socket_request_max_bytes),
             "log.retention.check.interval.ms": str(self.retention_check_interval_ms),
+            "log.cleaner.backoff.ms": str(self.cleaner_backoff_ms),
             "max.connections": str(self.max_connections),
             "max.connections.per.ip": str(self.max_connections_per_ip),
             "max.connections.per.ip.overrides": ",".join(f"{h}:{n}" for h, n in self.max_connections_per_ip_overrides.items()),
@@ -171,10 +163,16 @@ class BrokerConfig:
         }
         if self.rack is not None:
             out["broker.rack"] = self.rack
-        for key, setting in TOPIC_CONFIGS.items():
-            out[setting.broker_key] = str(self.log_defaults.get(setting.broker_key, setting.default))
+        for setting in BY_BROKER_KEY.values():
+            out[setting.broker_key] = setting.to_string(self.log_defaults.get(setting.broker_key, setting.default))
         out.update(self.extra)
         return out
+
+    def static_broker_keys(self) -> set[str]:
+        """Keys of broker_configs() that the static configuration sets (Kafka's
+        STATIC_BROKER_CONFIG); the rest are built-in defaults (DEFAULT_CONFIG)."""
+        mine, default = self.broker_configs(), BrokerConfig().broker_configs()
+        return {k for k, v in mine.items() if k in self.static_keys or default.get(k) != v}
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -241,11 +239,19 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "advertised.listeners": lambda c, v: _set_advertise(c, _listener(v)),
 }
 
+# The broker keys odradek reads from its static configuration (besides the log.* topic
+# defaults and the group coordinator's keys).
+STATIC_KEYS = frozenset(_BROKER_KEYS)
+
 # Kafka's coarser-grained aliases: the finest one given wins, like Kafka's precedence.
 _ALIASES = {
-    "log.retention.minutes": ("log.retention.ms", 60_000),
+    # Applied in this order, so a finer key given alongside a coarser one wins.
     "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.retention.minutes": ("log.retention.ms", 60_000),
     "log.roll.hours": ("log.roll.ms", 3_600_000),
+    "log.roll.jitter.hours": ("log.roll.jitter.ms", 3_600_000),
+    # Kafka: log.flush.interval.ms falls back to log.flush.scheduler.interval.ms.
+    "log.flush.scheduler.interval.ms": ("log.flush.interval.ms", 1),
 }
 
 
@@ -279,18 +285,17 @@ def _set_advertise(c: BrokerConfig, hp: tuple[str, int]) -> None:
 
 
 def apply_properties(config: BrokerConfig, props: dict[str, str]) -> BrokerConfig:
-    by_broker_key = {s.broker_key: s for s in TOPIC_CONFIGS.values()}
-    # Apply aliases coarsest first so a finer key given alongside wins.
-    for alias in ("log.retention.hours", "log.retention.minutes", "log.roll.hours"):
-        if alias in props and _ALIASES[alias][0] not in props:
-            target, factor = _ALIASES[alias]
+    by_broker_key = BY_BROKER_KEY
+    config.static_keys.update(props)
+    for alias, (target, factor) in _ALIASES.items():
+        if alias in props and target not in props:
             value = int(props[alias])
             config.log_defaults[target] = -1 if value < 0 else value * factor  # negative: unlimited
     for key, value in props.items():
         if key in _BROKER_KEYS:
             _BROKER_KEYS[key](config, value)
         elif key in by_broker_key:
-            config.log_defaults[key] = by_broker_key[key].parse(value)
+            config.log_defaults[key] = by_broker_key[key].parse(value, name=key)
         elif key not in _ALIASES:
             config.extra[key] = value
     return config
@@ -305,14 +310,3 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             setattr(config, name, value)
     return config
 
-
-def resolve_topic_config(defaults: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
-    """Effective topic config: validated overrides on top of the broker defaults.
-
-    Raises KeyError for an unknown key and ValueError for a bad value (INVALID_CONFIG).
-    """
-    out = dict(defaults)
-    for key, value in overrides.items():
-        setting = TOPIC_CONFIGS[key]
-        out[key] = setting.parse(value)
-    return out

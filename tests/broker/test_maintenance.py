@@ -157,3 +157,39 @@ def test_long_lived_partitions_are_frozen_out_of_full_collections(tmp_path, monk
     b.loop.run_until_complete(run())
     assert freezes and freezes[-1] >= 30
     b.close()
+
+
+def _append_kv(plog, key: bytes, ts: int):
+    buf = bytearray(encode_batch([Record(0, ts, key, b"v" * 100)]))
+    plog.append(buf, [read_header(buf)], ts)
+
+
+def test_the_cleaner_round_compacts_due_logs_only(tmp_path):
+    """maintenance.compact_once offers every open compacted log to the cleaner, which
+    cleans it when max.compaction.lag.ms (or the dirty ratio) says so."""
+    b = _inproc(tmp_path)
+    t0 = 1_700_000_000_000
+    b.broker.create_topic("kv", 1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "1000",
+                                    "min.cleanable.dirty.ratio": "1.0"})
+    b.broker.create_topic("plain", 1, {})
+    plog = b.broker.logs.get("kv", 0)
+    for i in range(3):
+        _append_kv(plog, b"k", t0 + i)
+        plog.roll(t0 + i)
+    _append_kv(b.broker.logs.get("plain", 0), b"k", t0)
+    b.broker.clock = lambda: t0 + 500  # the first dirty batch is 500 ms old: not yet due
+    assert b.loop.run_until_complete(maintenance.compact_once(b.broker)) == 0
+    b.broker.clock = lambda: t0 + 1001
+    assert b.loop.run_until_complete(maintenance.compact_once(b.broker)) == 2  # offsets 0 and 1
+    b.close()
+
+
+def test_cleaner_backoff_follows_dynamic_broker_configs(tmp_path):
+    b = _inproc(tmp_path, cleaner_backoff_ms=200)
+    assert maintenance.cleaner_backoff_ms(b.broker) == 200
+    b.broker.metadata.set_configs(brokers={"": {"log.cleaner.backoff.ms": "100"}})
+    b.broker.config.attach_dynamic(b.broker.metadata.broker_configs)
+    assert maintenance.cleaner_backoff_ms(b.broker) == 100
+    b.broker.metadata.set_configs(brokers={"1": {"log.cleaner.backoff.ms": "50"}})
+    assert maintenance.cleaner_backoff_ms(b.broker) == 50
+    b.close()

@@ -276,3 +276,42 @@ def test_producer_ids_survive_topic_changes(tmp_path):
     store.delete("t")
     again = MetadataStore(tmp_path)
     assert again.allocate_producer_id(block=2) > a
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def test_set_configs_replaces_topic_overrides_and_broker_configs_and_persists(tmp_path):
+    store = MetadataStore(tmp_path)
+    store.create("t", 1, {"retention.ms": "1000"})
+    attached = store.broker_configs
+    store.set_configs(topics={"t": {"segment.ms": "5"}}, brokers={"": {"log.retention.ms": "7"}, "1": {"x": "y"}},
+                      groups={"g": {"consumer.session.timeout.ms": "50000"}})
+    assert store.get("t").configs == {"segment.ms": "5"}
+    assert store.broker_configs is attached  # changed in place: an attached BrokerConfig sees it
+    assert attached == {"": {"log.retention.ms": "7"}, "1": {"x": "y"}}
+    store.set_configs(brokers={"1": {}})  # an empty set removes the resource
+    for again in (MetadataStore(tmp_path), _compacted(tmp_path)):
+        assert again.get("t").configs == {"segment.ms": "5"}
+        assert again.broker_configs == {"": {"log.retention.ms": "7"}}
+        assert again.group_configs == {"g": {"consumer.session.timeout.ms": "50000"}}
+
+
+def _compacted(path):
+    store = MetadataStore(path)
+    store.compact()  # the snapshot, not the journal, holds them now
+    return MetadataStore(path)
+
+
+def test_set_configs_is_one_journal_write_and_checks_topics_first(tmp_path, monkeypatch):
+    store = MetadataStore(tmp_path)
+    store.create("a", 1, {})
+    store.create("b", 1, {})
+    writes = []
+    real = store._commit
+    monkeypatch.setattr(store, "_commit", lambda ops: (writes.append(ops), real(ops)))
+    store.set_configs(topics={"a": {"retention.ms": "1"}, "b": {"retention.ms": "2"}}, brokers={"": {"k": "v"}})
+    assert len(writes) == 1
+    with pytest.raises(KeyError):
+        store.set_configs(topics={"a": {}, "missing": {}})
+    assert len(writes) == 1 and store.get("a").configs == {"retention.ms": "1"}

@@ -6,10 +6,19 @@ from __future__ import annotations
 import pytest
 
 from odradek.config import BrokerConfig
-from odradek.log.compaction import compact_log
+from odradek.log.compaction import cleanable, compact_log
 from odradek.log.partition import CLEANED_SUFFIX, PartitionLog
 from odradek.records.batch import iter_headers, validate_batches
-from odradek.records.codec import GZIP, LZ4, NONE, SNAPPY, ZSTD, Record, decode_batches, encode_batch
+from odradek.records.codec import (
+    GZIP,
+    LZ4,
+    NONE,
+    SNAPPY,
+    ZSTD,
+    Record,
+    decode_batches,
+    encode_batch,
+)
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3_600_000
@@ -135,7 +144,7 @@ def test_compaction_is_idempotent(logdir):
 
 def test_tombstones_kept_until_delete_retention_passes(logdir):
     drm = 60_000
-    plog = PartitionLog(logdir, config(delete_retention_ms=drm), T0)
+    plog = PartitionLog(logdir, config(delete_retention_ms=drm, min_cleanable_dirty_ratio=0.0), T0)
     produce(plog, [(b"k", b"v"), (b"j", b"w")], now=T0)
     produce(plog, [(b"k", None)], now=T0 + 10)  # tombstone, segment max ts = T0 + 10
     plog.roll(T0 + 10)
@@ -143,9 +152,13 @@ def test_tombstones_kept_until_delete_retention_passes(logdir):
     # Inside the horizon: the old value goes, the tombstone stays.
     assert compact_log(plog, T0 + 10 + drm) == 1
     assert records_of(plog) == [(1, b"j", b"w"), (2, b"k", None), (3, b"z", b"z")]
-    # Past the horizon: the tombstone goes too.
+    # Past the horizon, but nothing dirty: like Kafka's cleaner, no pass for the tombstone alone.
+    assert compact_log(plog, T0 + 10 + drm + 1) == 0
+    # The next pass (new data, closed) takes it.
+    plog.roll(T0 + 20)
+    produce(plog, [(b"y", b"y")], now=T0 + 30)
     assert compact_log(plog, T0 + 10 + drm + 1) == 1
-    assert records_of(plog) == [(1, b"j", b"w"), (3, b"z", b"z")]
+    assert records_of(plog) == [(1, b"j", b"w"), (3, b"z", b"z"), (4, b"y", b"y")]
     plog.close()
 
 
@@ -207,26 +220,106 @@ def test_lowering_min_compaction_lag_takes_effect_on_next_pass(logdir):
 
 
 def test_lowering_delete_retention_takes_effect_on_next_pass(logdir):
-    plog = PartitionLog(logdir, config(delete_retention_ms=DAY), T0)
+    plog = PartitionLog(logdir, config(delete_retention_ms=DAY, min_cleanable_dirty_ratio=0.0), T0)
     produce(plog, [(b"k", None)])
     plog.roll(T0)
     produce(plog, [(b"x", b"x")])
     assert compact_log(plog, T0 + 1000) == 0  # tombstone inside its one-day horizon
-    plog.reconfigure(config(delete_retention_ms=0))
+    plog.reconfigure(config(delete_retention_ms=0, min_cleanable_dirty_ratio=0.0))
+    plog.roll(T0)  # the next pass comes with the next dirty segment
+    produce(plog, [(b"y", b"y")])
     assert compact_log(plog, T0 + 1001) == 1
-    assert records_of(plog) == [(1, b"x", b"x")]
+    assert records_of(plog) == [(1, b"x", b"x"), (2, b"y", b"y")]
     plog.close()
 
 
-def test_new_data_is_compacted_on_next_pass(logdir):
+def test_new_data_is_compacted_once_its_segment_is_closed(logdir):
     plog = PartitionLog(logdir, config(), T0)
     produce(plog, [(b"k", b"1")])
     plog.roll(T0)
     produce(plog, [(b"j", b"1")])
+    assert compact_log(plog, T0 + 10) == 0  # the first pass cleans segment 0: nothing to drop
+    produce(plog, [(b"k", b"2")])  # supersedes offset 0, but in the active segment
+    assert compact_log(plog, T0 + 11) == 0  # the active segment is never dirty-cleanable
+    plog.roll(T0 + 11)
+    produce(plog, [(b"x", b"1")])
+    assert compact_log(plog, T0 + 12) == 1
+    assert [o for o, *_ in records_of(plog)] == [1, 2, 3]
+    plog.close()
+
+
+# ----------------------------------------------------------------------------- when a pass runs
+
+
+def _cleaned_once_then_a_little_dirty(plog: PartitionLog) -> None:
+    """Ten distinct keys cleaned once, then one small closed segment superseding one of them:
+    the dirty part is far below half the log."""
+    for i in range(10):
+        produce(plog, [(b"k%d" % i, b"v" * 50)], ts=T0)
+    plog.roll(T0)
+    produce(plog, [(b"tail", b"t")], ts=T0 + 5)
+    assert compact_log(plog, T0 + 1) == 0  # the first pass: nothing superseded
+    produce(plog, [(b"k0", b"new")], ts=T0 + 5)
+    plog.roll(T0 + 5)
+    produce(plog, [(b"active", b"a")], ts=T0 + 5)
+
+
+def test_min_cleanable_dirty_ratio_decides_when_a_pass_runs(logdir):
+    """Kafka's LogCleanerManager cleans a log only when dirty bytes / (clean + dirty) is
+    above min.cleanable.dirty.ratio."""
+    plog = PartitionLog(logdir, config(), T0)  # the default ratio, 0.5
+    _cleaned_once_then_a_little_dirty(plog)
+    todo = cleanable(plog, T0 + 10)
+    assert 0 < todo.ratio < 0.5
     assert compact_log(plog, T0 + 10) == 0
-    produce(plog, [(b"k", b"2")])  # supersedes offset 0; same segments, new log end offset
-    assert compact_log(plog, T0 + 11) == 1
-    assert [o for o, *_ in records_of(plog)] == [1, 2]
+    assert (0, b"k0", b"v" * 50) in records_of(plog)
+    plog.reconfigure(config(min_cleanable_dirty_ratio=0.01))
+    assert compact_log(plog, T0 + 10) == 1
+    assert (0, b"k0", b"v" * 50) not in records_of(plog)
+    assert compact_log(plog, T0 + 10) == 0  # cleaned: nothing dirty left
+    plog.close()
+
+
+def test_max_compaction_lag_forces_a_pass_below_the_ratio(logdir):
+    """KIP-354: a dirty segment whose first batch is older than max.compaction.lag.ms is
+    cleaned whatever the dirty ratio."""
+    plog = PartitionLog(logdir, config(), T0)
+    _cleaned_once_then_a_little_dirty(plog)
+    plog.reconfigure(config(min_cleanable_dirty_ratio=1.0, max_compaction_lag_ms=1000))
+    assert compact_log(plog, T0 + 5 + 1000) == 0  # the dirty segment's first batch (T0 + 5) is not yet due
+    assert cleanable(plog, T0 + 5 + 1001).compaction_delay_ms == 1
+    assert compact_log(plog, T0 + 5 + 1001) == 1
+    assert (0, b"k0", b"v" * 50) not in records_of(plog)
+    plog.close()
+
+
+def test_max_compaction_lag_needs_something_cleanable(logdir):
+    """A segment past max.compaction.lag.ms but younger than min.compaction.lag.ms is not
+    cleanable: nothing runs (LogCleanerManager: needCompactionNow && cleanableBytes > 0)."""
+    plog = PartitionLog(logdir, config(min_cleanable_dirty_ratio=1.0, max_compaction_lag_ms=1000,
+                                       min_compaction_lag_ms=1000), T0)
+    # Within max.compaction.lag.ms of each other, or the log rolls between them
+    # (LogConfig.maxSegmentMs).
+    produce(plog, [(b"k", b"1")], ts=T0 + 4100)
+    produce(plog, [(b"k", b"2")], ts=T0 + 5000)
+    plog.roll(T0 + 5000)
+    produce(plog, [(b"x", b"x")], ts=T0 + 5000)
+    todo = cleanable(plog, T0 + 5500)
+    assert todo.compaction_delay_ms > 0 and todo.cleanable_bytes == 0
+    assert compact_log(plog, T0 + 5500) == 0
+    assert compact_log(plog, T0 + 6001) == 1  # the segment has aged past the minimum lag
+    plog.close()
+
+
+def test_a_reopened_log_is_dirty_from_its_start(logdir):
+    """No cleaner checkpoint: after a restart the whole log is dirty once (as Kafka with none)."""
+    plog = PartitionLog(logdir, config(), T0)
+    _cleaned_once_then_a_little_dirty(plog)
+    assert compact_log(plog, T0 + 10) == 0
+    plog.close()
+    plog = PartitionLog(logdir, config(), T0)
+    assert cleanable(plog, T0 + 10).ratio == 1.0
+    assert compact_log(plog, T0 + 10) == 1
     plog.close()
 
 

@@ -89,6 +89,9 @@ class Broker:
         self.fd_limit = raise_fd_limit()
         self.files = FileCache(capacity_for_limit(self.fd_limit, config.log_max_open_files))
         self.metadata = MetadataStore(config.data_dir, *([new_id] if new_id else []))
+        # Dynamic broker configs (AlterConfigs on BROKER resources) live with the cluster
+        # metadata; attach them before any log opens so every partition sees them.
+        config.attach_dynamic(self.metadata.broker_configs)
         self.logs = LogManager(config.data_dir, clock(), self.files)
         self.logs.on_open.append(self._watch)
         self.logs.open_all(self.metadata.topics.values(), self.topic_config)
@@ -316,18 +319,23 @@ class Broker:
         return self.logs.retention(self.clock() if now_ms is None else now_ms)
 
     def compact(self, now_ms: int | None = None) -> int:
+        """One cleaner pass over every open compacted log, synchronously (tests, shutdown);
+        the server runs maintenance.compaction, which yields between logs."""
+        now = self.clock() if now_ms is None else now_ms
+        return sum(self.compact_log(key, plog, now) for key, plog in list(self.logs.logs.items()))
+
+    def compact_log(self, key: tuple[str, int], plog: PartitionLog, now_ms: int) -> int:
+        """Clean one log if its policy compacts; a storage failure goes to storage_failed."""
         from ..log.compaction import compact_log
 
-        now = self.clock() if now_ms is None else now_ms
-        done = 0
-        for (topic, partition), plog in list(self.logs.logs.items()):
-            if "compact" in plog.config["cleanup.policy"]:
-                try:
-                    done += compact_log(plog, now)
-                except StorageError as exc:
-                    self.storage_failed(exc)
-                    log.warning("compaction of %s-%d failed: %s", topic, partition, exc)
-        return done
+        if "compact" not in plog.config["cleanup.policy"]:
+            return 0
+        try:
+            return compact_log(plog, now_ms)
+        except StorageError as exc:
+            self.storage_failed(exc)
+            log.warning("compaction of %s-%d failed: %s", key[0], key[1], exc)
+            return 0
 
     def close(self) -> None:
         if not self.closed:

@@ -13,6 +13,10 @@ loop for long:
 - `purge_deleted`: remove deleted topics' directories a few at a time.
 - `retention_sweep`: partitions nobody opened since the start are visited in slices, so
   their expired segments are deleted too without opening 100,000 partitions at once.
+- `compaction`: Kafka's log cleaner. Every `log.cleaner.backoff.ms` (read each round, so
+  a dynamic broker config applies without a restart) it offers each open compacted log
+  to log/compaction.py, which cleans it only when Kafka's cleaner would pick it
+  (min.cleanable.dirty.ratio, max.compaction.lag.ms), yielding to the loop between logs.
 - `freeze_long_lived`: CPython's full garbage collections walk every tracked object;
   with 20,000 partitions open each one paused the event loop for up to 90 ms. Opened
   partitions live until their topic is deleted, so after each burst of opens they are
@@ -114,11 +118,49 @@ async def retention(broker, interval_ms: int) -> None:
         started = time.monotonic()
         try:
             deleted = broker.retention() + await retention_sweep(broker)
-        except Exception:  # noqa: BLE001 - one failed pass must not end retention for good
+        except Exception:
             log.exception("retention pass failed")
             continue
         if deleted:
             log.info("retention deleted %d segment(s) in %.1f s", deleted, time.monotonic() - started)
+
+
+def cleaner_backoff_ms(broker) -> int:
+    """log.cleaner.backoff.ms as the broker resolves it now: dynamic per-broker, dynamic
+    cluster default, then the static configuration."""
+    config = broker.config
+    for values in (config.dynamic_broker(), config.dynamic_default()):
+        try:
+            return max(int(values["log.cleaner.backoff.ms"]), 0)
+        except (KeyError, ValueError):
+            continue
+    return config.cleaner_backoff_ms
+
+
+async def compact_once(broker) -> int:
+    """One round of the cleaner over the open compacted logs; returns records removed."""
+    removed = 0
+    now = broker.clock()
+    for key, plog in list(broker.logs.logs.items()):
+        if broker.logs.health.offline:
+            break
+        if "compact" not in plog.config["cleanup.policy"]:
+            continue
+        removed += broker.compact_log(key, plog, now)
+        await asyncio.sleep(0)  # one log at a time: other clients get their turns between
+    return removed
+
+
+async def compaction(broker) -> None:
+    while True:
+        await asyncio.sleep(cleaner_backoff_ms(broker) / 1000)
+        try:
+            removed = await compact_once(broker)
+        except Exception:
+            log.exception("compaction round failed")
+            continue
+        if removed:
+            log.info("compaction removed %d record(s)", removed)
 
 
 FREEZE_AFTER_OPENS = 500

@@ -265,7 +265,7 @@ class BrokerServer:
             asyncio.create_task(maintenance.flush_rolled(self.broker)),
             asyncio.create_task(maintenance.checkpoint(self.broker)),
             asyncio.create_task(maintenance.purge_deleted(self.broker)),
-            asyncio.create_task(self._every(cfg.cleaner_backoff_ms / 1000, self.broker.compact)),
+            asyncio.create_task(maintenance.compaction(self.broker)),
             # Kafka SocketServer: connections.max.idle.ms; odradek: request.timeout.ms.
             asyncio.create_task(self._every(limits.check_interval(), self._expire)),
         ]

@@ -4,7 +4,8 @@ Theory of operation: the state lives in memory and on disk as a snapshot plus a 
 like a log with a checkpoint:
 
 - `__cluster_metadata.json`: a JSON snapshot (cluster id, topics with ids, partition
-  counts and config overrides, producer-id block, group config overrides) and the
+  counts and config overrides, producer-id block, group config overrides, dynamic
+  broker configs) and the
   sequence number of the last journal entry it includes. Replaced atomically
   (temporary file, fsync, rename).
 - `__cluster_metadata.log`: one JSON line per change *request*, appended and fsynced
@@ -30,9 +31,10 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..log.errors import StorageError, storage_error
 from ..log.files import replace_file
@@ -87,6 +89,10 @@ class MetadataStore:
         # KIP-848 "Dynamic Group Configuration": per-group overrides live with the cluster's
         # metadata, not with the group, so they exist before a group and survive its deletion.
         self.group_configs: dict[str, dict[str, str]] = {}
+        # Dynamic broker configs (Kafka's DynamicBrokerConfig): resource name -> {key: value},
+        # "" the cluster-wide default, "<node id>" one broker. Changed in place only, so a
+        # BrokerConfig attached to it (BrokerConfig.attach_dynamic) always sees the current one.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self._seq = 0  # last journal entry applied
         self._snapshot_seq = 0
         self._snapshot_bytes = 0
@@ -109,6 +115,7 @@ class MetadataStore:
         self.cluster_id = doc["cluster_id"]
         self.producer_id_block_end = int(doc.get("producer_id_block_end", 0))
         self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
+        self.broker_configs.update({r: dict(c) for r, c in doc.get("broker_configs", {}).items()})
         for t in doc["topics"]:
             self._add(Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {}))))
         self._seq = self._snapshot_seq = int(doc.get("journal_seq", 0))
@@ -164,6 +171,14 @@ class MetadataStore:
                 self.group_configs[op[1]] = dict(op[2])
             else:
                 self.group_configs.pop(op[1], None)
+        elif kind == "topic_configs":
+            # Kafka's AlterConfigs / IncrementalAlterConfigs on a TOPIC: its whole set of overrides.
+            self.topics[op[1]].configs = dict(op[2])
+        elif kind == "broker_configs":
+            if op[2]:
+                self.broker_configs[op[1]] = dict(op[2])
+            else:
+                self.broker_configs.pop(op[1], None)
         elif kind == "producer_block":
             self.producer_id_block_end = int(op[1])
         else:
@@ -205,6 +220,7 @@ class MetadataStore:
                 for t in self.topics.values()
             ],
             "group_configs": self.group_configs,
+            "broker_configs": self.broker_configs,
         }
         text = json.dumps(doc, separators=(",", ":"))
         try:
@@ -271,6 +287,25 @@ class MetadataStore:
 
     def set_group_config(self, group_id: str, values: dict[str, str]) -> None:
         self._commit([["group_config", group_id, dict(values)]])
+
+    def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
+                    brokers: dict[str, dict[str, str]] | None = None,
+                    groups: dict[str, dict[str, str]] | None = None) -> None:
+        """Replace the config overrides of topics, the dynamic configs of BROKER resources
+        ("" or a node id) and group overrides, all in one journal write (one AlterConfigs
+        request). Raises KeyError for an unknown topic (before writing), StorageError with
+        nothing changed."""
+        ops: list[list[Any]] = []
+        for name, configs in (topics or {}).items():
+            if name not in self.topics:
+                raise KeyError(name)
+            ops.append(["topic_configs", name, dict(configs)])
+        for resource, configs in (brokers or {}).items():
+            ops.append(["broker_configs", resource, dict(configs)])
+        for group_id, configs in (groups or {}).items():
+            ops.append(["group_config", group_id, dict(configs)])
+        if ops:
+            self._commit(ops)
 
     def allocate_producer_id(self, block: int = 1000) -> int:
         """A never-reused producer id: blocks are reserved on disk before use (as Kafka's

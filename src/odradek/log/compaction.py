@@ -1,27 +1,41 @@
 """Log compaction (`cleanup.policy=compact`): keep the latest record per key.
 
-Theory of operation (Kafka's LogCleaner, simplified to one pass per call):
+When a log is cleaned (Kafka's LogCleanerManager.grabFilthiestCompactedLog):
+- Its dirty part starts at the first dirty offset (where the previous pass stopped, the
+  log start after a restart, as Kafka without a cleaner checkpoint) and ends at the first
+  uncleanable offset: the active segment, or the first segment holding a record younger
+  than `min.compaction.lag.ms`, whichever comes first.
+- It is cleaned when the dirty bytes are more than `min.cleanable.dirty.ratio` of the
+  log below the uncleanable offset, or, whatever the ratio, when some dirty segment's
+  first batch is older than `max.compaction.lag.ms` (KIP-354) and there is something
+  to clean. Otherwise a pass costs only a walk over the segment sizes.
+
+A pass (Kafka's LogCleaner, simplified to one pass per call):
 1. Build the key -> last offset map over the whole log, active segment included, so a
    record is dropped whenever a later record with the same key exists anywhere.
-2. Rewrite each closed (non-active) segment old enough for `min.compaction.lag.ms`:
-   keep a record if it is the latest for its key; drop a tombstone (null value) once its
-   segment is older than `delete.retention.ms` (the delete horizon), so consumers that
-   are behind still see the deletion for that long. A batch whose records all survive
-   is copied byte for byte; a batch that lost records is re-encoded with its original
-   base offset, last offset delta (so offsets never shift), codec, timestamps and
-   producer fields; a batch that lost every record is dropped.
+2. Rewrite each segment below the uncleanable offset: keep a record if it is the latest
+   for its key; drop a tombstone (null value) once its segment is older than
+   `delete.retention.ms` (the delete horizon), so consumers that are behind still see
+   the deletion for that long. A batch whose records all survive is copied byte for
+   byte; a batch that lost records is re-encoded with its original base offset, last
+   offset delta (so offsets never shift), codec, timestamps and producer fields; a batch
+   that lost every record is dropped.
 3. The new segment file is written beside the old one and swapped in with an atomic
    rename (PartitionLog.replace_segment); a crash before the rename leaves a stray
    `.cleaned` file that the next start deletes.
+4. The first dirty offset moves to the uncleanable offset: the next pass waits for new
+   dirty segments, as Kafka's does (a tombstone past its horizon goes with the next pass).
 
-Differences from Kafka, noted for the docs: segments are not merged after cleaning,
-and the tombstone horizon is the segment's largest timestamp rather than the time the
-segment was first cleaned.
+Differences from Kafka, noted for the docs: segments are not merged after cleaning, the
+key map spans the whole log rather than the dirty part, the first dirty offset is not
+checkpointed, and the tombstone horizon is the segment's largest timestamp rather than
+the time the segment was first cleaned.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from ..records.batch import iter_headers
 from ..records.codec import decode_batches, encode_batch
@@ -41,25 +55,69 @@ def _key_map(plog: PartitionLog) -> dict[bytes, int]:
     return latest
 
 
-def compact_log(plog: PartitionLog, now_ms: int) -> int:
-    """One cleaning pass. Returns the number of records removed.
+@dataclass(frozen=True)
+class Cleanable:
+    """Kafka's LogToClean: where the dirty part of a log lies and how dirty it is."""
 
-    A pass is skipped when nothing could have changed since the previous one: the same
-    segments, no new records, and no tombstone or compaction lag due to expire yet.
-    """
+    first_dirty: int
+    uncleanable: int  # first offset that may not be cleaned now (a segment base)
+    clean_bytes: int
+    cleanable_bytes: int
+    compaction_delay_ms: int  # > 0: a dirty segment is that far past max.compaction.lag.ms
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+    def due(self, min_ratio: float) -> bool:
+        # LogCleanerManager.grabFilthiestCompactedLog's filter.
+        if self.clean_bytes + self.cleanable_bytes == 0:
+            return False
+        return (self.compaction_delay_ms > 0 and self.cleanable_bytes > 0) or self.ratio > min_ratio
+
+
+def cleanable(plog: PartitionLog, now_ms: int) -> Cleanable:
+    """Kafka's cleanableOffsets, maxCompactionDelay and LogToClean for this log now."""
+    segments = plog.segments
+    start, end = plog.log_start_offset, plog.log_end_offset
+    first_dirty = plog.cleaner_state if isinstance(plog.cleaner_state, int) else start
+    if not start <= first_dirty <= end:  # truncated or emptied below it: start over
+        first_dirty = start
+    # first_dirty is a segment base (where a pass stopped, or the log start); its segment
+    # and the closed ones after it are the dirty part.
+    floor = max((s.base_offset for s in segments if s.base_offset <= first_dirty), default=start)
+    closed = segments[:-1]
+    dirty = [s for s in closed if s.base_offset >= floor]
+    uncleanable = plog.active.base_offset
+    lag = max(int(plog.config["min.compaction.lag.ms"]), 0)
+    if lag > 0:
+        young = next((s for s in dirty if s.max_timestamp > now_ms - lag), None)
+        if young is not None:
+            uncleanable = min(uncleanable, young.base_offset)
+    uncleanable = max(uncleanable, floor)
+    clean_bytes = sum(s.size for s in segments if s.base_offset < floor)
+    cleanable_bytes = sum(s.size for s in dirty if s.base_offset < uncleanable)
+    max_lag = max(int(plog.config["max.compaction.lag.ms"]), 0)
+    firsts = [t for s in dirty if (t := getattr(s, "first_batch_timestamp", None)) is not None and t > 0]
+    clean_until = now_ms - max_lag
+    delay = clean_until - min(firsts) if firsts and min(firsts) < clean_until else 0
+    return Cleanable(floor, uncleanable, clean_bytes, cleanable_bytes, delay)
+
+
+def compact_log(plog: PartitionLog, now_ms: int) -> int:
+    """Clean the log if Kafka's cleaner would pick it now. Returns the number of records removed."""
     if len(plog.segments) < 2:
         return 0
-    lag = int(plog.config["min.compaction.lag.ms"])
-    retention = int(plog.config["delete.retention.ms"])
-    fingerprint = (tuple(s.base_offset for s in plog.segments), plog.log_end_offset, lag, retention)
-    previous = plog.cleaner_state
-    if previous is not None and previous[0] == fingerprint and now_ms < previous[1]:
+    todo = cleanable(plog, now_ms)
+    if not todo.due(float(plog.config["min.cleanable.dirty.ratio"])):
         return 0
+    retention = int(plog.config["delete.retention.ms"])
     horizon = now_ms - retention
     latest = _key_map(plog)
     removed = 0
-    for seg in list(plog.segments[:-1]):
-        if seg.size == 0 or now_ms - seg.max_timestamp < lag:
+    for seg in [s for s in plog.segments[:-1] if s.base_offset < todo.uncleanable]:
+        if seg.size == 0:
             continue
         drop_tombstones = seg.max_timestamp < horizon
         data = seg.pread(0, seg.size)
@@ -100,19 +158,11 @@ def compact_log(plog: PartitionLog, now_ms: int) -> int:
             continue
         cleaned = seg.path.with_name(seg.path.name + CLEANED_SUFFIX)
         with open(cleaned, "wb") as f:
-            for chunk in out:
-                f.write(chunk)
+            f.writelines(out)
             f.flush()
             os.fsync(f.fileno())
         plog.replace_segment(seg, cleaned)
         removed += seg_removed
-    # Next time something can change without new data: a tombstone or a lagging segment
-    # crossing its horizon. Until then, an unchanged log need not be decoded again.
-    closed = [s for s in plog.segments[:-1] if s.size]
-    wake = min(
-        [s.max_timestamp + retention + 1 for s in closed if s.max_timestamp + retention >= now_ms]
-        + [s.max_timestamp + lag for s in closed if now_ms - s.max_timestamp < lag]  # cleanable at >= lag
-        + [1 << 62]
-    )
-    plog.cleaner_state = (fingerprint, wake)  # cleaning keeps every base offset and the log end
+    # Kafka's cleaner checkpoint: the next pass starts where this one stopped.
+    plog.cleaner_state = todo.uncleanable
     return removed

@@ -7,29 +7,29 @@ from collections import Counter
 
 from ...cluster.metadata import TopicCollision
 from ...cluster.names import InvalidTopicName, collision_key, validate_topic_name
-from ...config import TOPIC_CONFIGS, resolve_topic_config
+from ...config import validate_topic_config
+from ...configdef import ConfigError
 from ...log.errors import StorageError
 from ..broker import MAX_PARTITIONS_PER_REQUEST, MAX_PARTITIONS_PER_TOPIC
 from ..errors import (
     INVALID_CONFIG,
-    KAFKA_STORAGE_ERROR,
-    POLICY_VIOLATION,
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
     NONE,
+    POLICY_VIOLATION,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ..registry import api
 from ..slices import TimeSlice
+from .configs import topic_entries
 
 ZERO_UUID = uuid.UUID(int=0)
-DEFAULT_CONFIG_SOURCE = 5
-TOPIC_CONFIG_SOURCE = 1
 
 
 class _Reject(Exception):
@@ -76,31 +76,24 @@ def _check_create(broker, t) -> tuple[int, dict[str, str]]:
                 f"Unable to replicate the partition {replication} time(s): The target replication factor of "
                 f"{replication} cannot be reached because only {len(nodes)} broker(s) are registered.",
             )
-    overrides = {}
-    for c in t.configs:
-        if c.name not in TOPIC_CONFIGS:
-            raise _Reject(INVALID_CONFIG, f"Unknown topic config name: {c.name}")
-        if c.value is None:
-            raise _Reject(INVALID_CONFIG, f"Null value not supported for topic config: {c.name}")
-        overrides[c.name] = c.value
+    # Kafka's ReplicationControlManager.computeConfigChanges, then LogConfig.validate on this
+    # broker's defaults: every failure is INVALID_CONFIG with Kafka's message.
+    nulls = [c.name for c in t.configs if c.value is None]
+    if nulls:
+        raise _Reject(INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
+    overrides = {c.name: c.value for c in t.configs}
     try:
-        resolve_topic_config(broker.config.topic_defaults(), overrides)
-    except ValueError as exc:
-        raise _Reject(INVALID_CONFIG, f"Invalid config value: {exc}") from None
+        validate_topic_config(broker.config.topic_defaults(), overrides)
+    except ConfigError as exc:
+        raise _Reject(INVALID_CONFIG, str(exc)) from None
     return partitions, overrides
 
 
 def _describe_configs(broker, overrides: dict[str, str]) -> list[dict]:
-    effective = resolve_topic_config(broker.config.topic_defaults(), overrides)
+    """The CreateTopics response's configs: each key's effective value and source."""
     return [
-        {
-            "name": k,
-            "value": str(v),
-            "read_only": False,
-            "config_source": TOPIC_CONFIG_SOURCE if k in overrides else DEFAULT_CONFIG_SOURCE,
-            "is_sensitive": False,
-        }
-        for k, v in effective.items()
+        {k: e[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+        for e in topic_entries(broker, overrides)
     ]
 
 
