@@ -131,3 +131,18 @@ def test_nonzero_fetch_session_id_is_not_found(inproc):
         "session_id": 1234, "session_epoch": 3, "forgotten_topics_data": [], "rack_id": "", "topics": []})
     _, body = parse_response(1, 12, inproc.handle(frame))
     assert int(body.error_code) == 70  # FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_a_zstd_topic_is_not_served_to_fetch_before_v10(inproc):
+    # KafkaApis.maybeConvertFetchedData: compression.type=zstd and a Fetch older than v10
+    # (KIP-110) is UNSUPPORTED_COMPRESSION_TYPE; the others are served as usual.
+    inproc.broker.create_topic("z", 1, {"compression.type": "zstd"})
+    inproc.broker.create_topic("plain", 1, {})
+    _produce(inproc, "z", 0, [b"a"])
+    _produce(inproc, "plain", 0, [b"b"])
+    for version, expected in ((9, 76), (10, 0)):
+        _, body = parse_response(1, version, inproc.handle(_fetch_frame("z", [(0, 0, 1 << 20)], version=version)))
+        assert int(body.responses[0].partitions[0].error_code) == expected, version
+    _, body = parse_response(1, 9, inproc.handle(_fetch_frame("plain", [(0, 0, 1 << 20)], version=9)))
+    p = body.responses[0].partitions[0]
+    assert int(p.error_code) == 0 and [r.value for b in decode_batches(p.records) for r in b.records] == [b"b"]

@@ -1,4 +1,4 @@
-"""The recovery-point checkpoint file, in Kafka's layout."""
+"""The recovery-point and log-start-offset checkpoint files, in Kafka's layout."""
 
 import errno
 import os
@@ -36,3 +36,11 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
         C.write_checkpoint(path, {("t", 0): 2})
     assert C.read_checkpoint(path) == {("t", 0): 1}
     assert [p.name for p in tmp_path.iterdir()] == [C.RECOVERY_POINT_FILE]
+
+
+def test_the_log_start_file_has_kafkas_name_and_says_what_a_bad_file_means(tmp_path, caplog):
+    assert C.LOG_START_OFFSET_FILE == "log-start-offset-checkpoint"
+    path = tmp_path / C.LOG_START_OFFSET_FILE
+    path.write_text("0\n2\nt 0 5\n")
+    assert C.read_checkpoint(path, "every log starts at its first segment's base offset") == {}
+    assert "every log starts at its first segment's base offset" in caplog.text

@@ -11,7 +11,7 @@ import pytest
 
 from odradek.cluster.metadata import Topic
 from odradek.config import BrokerConfig
-from odradek.log.checkpoint import RECOVERY_POINT_FILE, read_checkpoint
+from odradek.log.checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, read_checkpoint
 from odradek.log.errors import CorruptBatch, LogDirOffline, PartitionOffline, StorageError
 from odradek.log.files import FileCache
 from odradek.log.manager import CLEAN_SHUTDOWN_FILE, PARTITION_METADATA, LogManager, partition_dir
@@ -443,3 +443,64 @@ def test_without_syncfs_every_segment_is_fsynced_at_shutdown(data_dir, monkeypat
     monkeypatch.setattr(segment_mod.os, "fsync", lambda fd: _is_segment(fd) and fsyncs.append(fd) or real(fd))
     mgr.close()
     assert len(fsyncs) == 5
+
+
+# ----------------------------------------------------------------------------- log start offsets (DeleteRecords)
+
+
+def test_moved_log_starts_are_checkpointed_and_survive_a_restart(data_dir):
+    t = topic("t", 3)
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    for p in range(3):
+        produce(mgr.get("t", p), 5)
+    mgr.get("t", 1).increment_log_start_offset(3)
+    seq, points = mgr.snapshot_log_starts()
+    # Kafka's checkpointLogStartOffsetsInDir: only logs whose start is past their first segment.
+    assert points == {("t", 1): 3}
+    assert mgr.write_log_starts(seq, points) is True
+    assert read_checkpoint(data_dir / LOG_START_OFFSET_FILE) == {("t", 1): 3}
+    mgr.get("t", 2).increment_log_start_offset(5)
+    mgr.close()  # a clean shutdown writes the newest too
+    assert read_checkpoint(data_dir / LOG_START_OFFSET_FILE) == {("t", 1): 3, ("t", 2): 5}
+    again = LogManager(data_dir, T0)
+    again.open_all([t], cfg)
+    assert [again.get("t", p).log_start_offset for p in range(3)] == [0, 3, 5]
+    # Partitions never opened keep their entry when the file is written again.
+    assert again.log_start_points() == {("t", 1): 3, ("t", 2): 5}
+    again.close()
+    third = LogManager(data_dir, T0)
+    third.open_all([t], cfg)
+    assert third.log_start_points() == {("t", 1): 3, ("t", 2): 5}
+    third.close()
+
+
+def test_an_older_log_start_snapshot_never_replaces_a_newer_file(data_dir):
+    t = topic("t")
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([t], cfg)
+    produce(mgr.get("t", 0), 5)
+    mgr.get("t", 0).increment_log_start_offset(2)
+    old = mgr.snapshot_log_starts()
+    mgr.get("t", 0).increment_log_start_offset(4)
+    new = mgr.snapshot_log_starts()
+    assert mgr.write_log_starts(*new) is True
+    assert mgr.write_log_starts(*old) is False  # its worker thread came second
+    assert read_checkpoint(data_dir / LOG_START_OFFSET_FILE) == {("t", 0): 4}
+    mgr.close()
+
+
+def test_a_recreated_topic_never_inherits_a_deleted_ones_log_start(data_dir):
+    old = topic("t")
+    mgr = LogManager(data_dir, T0)
+    mgr.open_all([old], cfg)
+    produce(mgr.get("t", 0), 5)
+    mgr.get("t", 0).increment_log_start_offset(4)
+    mgr.checkpoint_log_starts()
+    mgr.delete(old)
+    # Written at once (Kafka's asyncDelete checkpoints too): a crash now cannot bring it back.
+    assert read_checkpoint(data_dir / LOG_START_OFFSET_FILE) == {}
+    new = topic("t")
+    mgr.create(new)
+    assert mgr.get("t", 0).log_start_offset == 0
+    mgr.close()

@@ -253,6 +253,25 @@ def test_roll_by_time(logdir):
     plog.close()
 
 
+def test_compacted_log_rolls_at_max_compaction_lag(logdir):
+    """Kafka's LogConfig.maxSegmentMs: min(segment.ms, max.compaction.lag.ms) for a compacted
+    log, so records in the (never cleaned) active segment do not outlive the lag."""
+    cfg = {**config(segment_ms=1_000_000), "cleanup.policy": "compact", "max.compaction.lag.ms": 1000}
+    plog = PartitionLog(logdir, cfg, T0)
+    produce(plog, T0)
+    produce(plog, T0 + 1500)
+    assert [s.base_offset for s in plog.segments] == [0, 1]
+    plog.close()
+    # The same lag on a delete-only log does not roll it.
+    other = logdir.parent / "other"
+    other.mkdir()
+    plog = PartitionLog(other, {**cfg, "cleanup.policy": "delete"}, T0)
+    produce(plog, T0)
+    produce(plog, T0 + 1500)
+    assert len(plog.segments) == 1
+    plog.close()
+
+
 def test_roll_by_time_counts_from_the_first_batch_not_segment_creation(logdir):
     """Kafka measures segment age from the first batch's timestamp (rollingBasedTimestamp):
     a segment created long before its first append must not roll on the next append."""
@@ -816,4 +835,114 @@ def test_reads_stop_before_a_corrupt_batch(logdir):
         plog.read(2, 1 << 20)
     assert err.value.offset == 2
     assert plog.read(4, 1 << 20).data == stored[2]
+    plog.close()
+
+
+# ----------------------------------------------------------------------------- log start offset (DeleteRecords)
+
+
+def _batches_of_two(plog: PartitionLog, n: int) -> None:
+    """`n` batches of two records, one segment each (segment.bytes holds one batch)."""
+    for i in range(n):
+        produce(plog, T0 + i, count=2)
+
+
+def test_moving_the_log_start_hides_what_is_below_it(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, T0, count=5)
+    seen = []
+    plog.listeners.append(lambda p: seen.append(p.log_start_offset))
+    assert plog.increment_log_start_offset(3) is True
+    assert plog.log_start_offset == 3 and seen == [3]
+    with pytest.raises(OffsetOutOfRange):
+        plog.read(2, 1000)
+    res = plog.read(3, 1000)
+    assert res.log_start_offset == 3
+    # The batch holding offset 3 starts below it and is served whole, as Kafka does.
+    assert [r.offset for r in decode_batches(res.data)[0].records] == [0, 1, 2, 3, 4]
+    # Kafka's maybeIncrementLogStartOffset: never backwards; up to the high watermark, not past it.
+    assert plog.increment_log_start_offset(2) is False and plog.log_start_offset == 3
+    with pytest.raises(OffsetOutOfRange):
+        plog.increment_log_start_offset(6)
+    assert plog.increment_log_start_offset(5) is True
+    assert plog.read(5, 1000).data == b"" and plog.log_start_offset == plog.high_watermark == 5
+    info, _ = produce(plog, T0, count=1)
+    assert (info.base_offset, info.log_start_offset) == (5, 5)
+    plog.close()
+
+
+def test_segments_wholly_below_the_new_start_are_deleted_at_once(logdir):
+    plog = PartitionLog(logdir, config(segment_bytes=batch_size(2)), T0)
+    _batches_of_two(plog, 4)  # segments at 0, 2, 4, 6 (the last active)
+    assert [s.base_offset for s in plog.segments] == [0, 2, 4, 6]
+    plog.increment_log_start_offset(5)
+    # Kafka's log-start-offset breach: a segment goes when the next starts at or below the start.
+    assert [s.base_offset for s in plog.segments] == [4, 6]
+    assert sorted(p.name for p in logdir.glob("*.log")) == ["00000000000000000004.log", "00000000000000000006.log"]
+    assert plog.log_start_offset == 5
+    plog.increment_log_start_offset(8)  # everything: the active segment stays
+    assert [s.base_offset for s in plog.segments] == [6]
+    assert plog.log_start_offset == plog.log_end_offset == 8
+    plog.close()
+
+
+def test_retention_deletes_breached_segments_whatever_the_policy(logdir):
+    plog = PartitionLog(logdir, config(segment_bytes=batch_size(2), cleanup_policy="compact"), T0)
+    _batches_of_two(plog, 3)
+    plog._log_start = 4  # as if moved while a segment could not be deleted
+    assert plog.delete_old_segments(T0) == 2
+    assert [s.base_offset for s in plog.segments] == [4]
+    plog.close()
+
+
+def test_retention_moves_the_start_past_a_smaller_moved_one(logdir):
+    size = batch_size(2)
+    plog = PartitionLog(logdir, config(segment_bytes=size, retention_bytes=size), T0)
+    _batches_of_two(plog, 4)
+    plog.increment_log_start_offset(1)
+    assert plog.delete_old_segments(T0 + 10) == 3
+    assert plog.log_start_offset == 6  # the first segment's base now wins
+    plog.close()
+
+
+def test_a_checkpointed_start_is_honoured_when_the_log_reopens(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, T0, count=5)
+    plog.increment_log_start_offset(3)
+    plog.close()
+    again = PartitionLog(logdir, config(), T0, log_start_offset=3)
+    assert again.log_start_offset == 3 and again.log_end_offset == 5
+    with pytest.raises(OffsetOutOfRange):
+        again.read(2, 1000)
+    again.close()
+    # Without it the segments say where the log starts (Kafka: max(checkpoint, first base)).
+    assert PartitionLog(logdir, config(), T0).log_start_offset == 0
+
+
+def test_a_log_ending_below_its_checkpointed_start_restarts_empty_there(logdir, tmp_path):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, T0, count=3)
+    plog.close()
+    # Kafka's LogLoader.deleteSegmentsIfLogStartGreaterThanLogEnd.
+    again = PartitionLog(logdir, config(), T0, log_start_offset=10)
+    assert [s.base_offset for s in again.segments] == [10]
+    assert [p.name for p in logdir.glob("*.log")] == ["00000000000000000010.log"]
+    assert again.log_start_offset == again.log_end_offset == 10
+    info, _ = produce(again, T0, count=1)
+    assert info.base_offset == 10
+    again.close()
+    fresh = PartitionLog(tmp_path / "fresh-0", config(), T0, log_start_offset=7)
+    assert fresh.segments[0].base_offset == fresh.log_end_offset == 7
+    fresh.close()
+
+
+def test_timestamp_lookups_skip_records_below_the_start(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, T0, ts=500)  # offset 0
+    produce(plog, T0, ts=100)  # offset 1
+    produce(plog, T0, ts=600)  # offset 2
+    plog.increment_log_start_offset(1)
+    assert [h.base_offset for _, h in plog.timestamp_candidates(400)] == [2]
+    assert [h.base_offset for _, h in plog.timestamp_candidates(50)] == [1, 2]
+    assert plog.find_by_timestamp(601) is None
     plog.close()

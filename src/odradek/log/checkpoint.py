@@ -1,11 +1,20 @@
 """Per-partition offsets kept in one file per log directory (Kafka's OffsetCheckpointFile).
 
-odradek keeps the recovery point of every partition in
-`recovery-point-offset-checkpoint`, in Kafka's layout: a version line (0), a count
-line, then `topic partition offset` per line. The recovery point is the offset below
-which a partition's data is known to be fsynced; after an unclean stop only the
-segments at or beyond it are recovered (Kafka's LogLoader). The file is replaced
-atomically (temporary file, fsync, rename), so a crash leaves the old or the new one.
+Two files, in Kafka's layout and under Kafka's names: a version line (0), a count line,
+then `topic partition offset` per line.
+
+- `recovery-point-offset-checkpoint`: the offset below which a partition's data is
+  known to be fsynced; after an unclean stop only the segments at or beyond it are
+  recovered (Kafka's LogLoader).
+- `log-start-offset-checkpoint`: the log start offset of partitions where DeleteRecords
+  moved it past the first segment's base offset (Kafka's
+  LogManager.checkpointLogStartOffsetsInDir writes only those; the others start at
+  their first segment).
+
+A file is replaced atomically (temporary file, fsync, rename), so a crash leaves the
+old or the new one. A missing or malformed file reads as empty: for recovery points
+that means recovering more; for log starts, Kafka's LogManager likewise falls back to
+the first segment's base offset.
 """
 
 from __future__ import annotations
@@ -19,18 +28,21 @@ from .files import replace_file
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 VERSION = 0
 
 
-def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+def read_checkpoint(path: Path, fallback: str = "recovering every partition's unflushed segments from offset 0"
+                    ) -> dict[tuple[str, int], int]:
     """The file's entries; {} when it is missing, unreadable or malformed (a malformed
-    file means recovering more, never less)."""
+    recovery-point file means recovering more, never less). `fallback` says, in the
+    warning, what an empty result means for this file."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
-        log.warning("cannot read %s (%s): recovering every partition's unflushed segments from offset 0", path, exc)
+        log.warning("cannot read %s (%s): %s", path, exc, fallback)
         return {}
     try:
         if int(lines[0]) != VERSION:
@@ -44,7 +56,7 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
             raise ValueError(f"{len(out)} entries, header says {count}")
         return out
     except (IndexError, ValueError) as exc:
-        log.warning("ignoring malformed %s (%s): recovering from offset 0", path, exc)
+        log.warning("ignoring malformed %s (%s): %s", path, exc, fallback)
         return {}
 
 

@@ -16,8 +16,16 @@ Durability: the recovery point of every partition (the offset below which its da
 was fsynced) is kept in `recovery-point-offset-checkpoint`, written periodically and at
 a clean shutdown (Kafka's layout and name). Opening a partition recovers the segments
 at or past its recovery point; a partition missing from the checkpoint is recovered
-whole. A marker file written after a graceful shutdown is kept for the log ("previous
-shutdown was clean"); correctness no longer depends on it.
+whole. Log start offsets moved by DeleteRecords are kept in `log-start-offset-checkpoint`
+(Kafka's name; only partitions whose start is past their first segment, as Kafka
+writes it), written when a DeleteRecords request moves one (`snapshot_log_starts` /
+`write_log_starts`, before the client is answered: Kafka writes it every
+`log.flush.start.offset.checkpoint.interval.ms` and accepts losing a move with an unclean
+stop of every replica; a single-replica broker would lose it with any), when a topic is
+deleted (Kafka's asyncDelete checkpoints at once, so a topic recreated under the same
+name never inherits the old start) and at a clean shutdown. A marker file written after
+a graceful shutdown is kept for the log ("previous shutdown was clean"); correctness no
+longer depends on it.
 
 Failures: a partition whose flushed data is damaged goes offline by itself
 (`offline`); the rest serve. An I/O error that is not a full disk or a descriptor
@@ -34,13 +42,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..cluster.metadata import Topic
-from .checkpoint import RECOVERY_POINT_FILE, read_checkpoint, write_checkpoint
+from .checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, read_checkpoint, write_checkpoint
 from .errors import LogDirOffline, PartitionOffline, SegmentDamaged, StorageError, storage_error
 from .files import FileCache, sync_filesystem
 from .health import LogDirHealth
@@ -105,6 +114,14 @@ class LogManager:
         self.checkpoint_path = data_dir / RECOVERY_POINT_FILE
         self.recovery_points = read_checkpoint(self.checkpoint_path)
         self._written_checkpoint = dict(self.recovery_points)
+        self.log_start_path = data_dir / LOG_START_OFFSET_FILE
+        self.log_starts = read_checkpoint(self.log_start_path, "every log starts at its first segment's base offset")
+        self._written_log_starts = dict(self.log_starts)
+        # Snapshots are numbered on the event loop and written in worker threads: a write
+        # never replaces a newer snapshot's file with an older one.
+        self._log_start_seq = 0
+        self._log_start_written_seq = 0
+        self._log_start_lock = threading.Lock()
 
     # --- the set of partitions ------------------------------------------------------------
 
@@ -144,6 +161,7 @@ class LogManager:
         self.topics[topic.name] = topic
         for p in range(first_partition, topic.partitions):
             self.recovery_points.pop((topic.name, p), None)
+            self.log_starts.pop((topic.name, p), None)
 
     def delete(self, topic: Topic) -> None:
         self.topics.pop(topic.name, None)
@@ -151,10 +169,13 @@ class LogManager:
             key = (topic.name, p)
             self.offline.pop(key, None)
             self.recovery_points.pop(key, None)
+            self.log_starts.pop(key, None)
             plog = self.logs.pop(key, None)
             if plog is not None:
                 plog.close_files()
             self._schedule_delete(partition_dir(self.data_dir, topic.name, p))
+        if any(t == topic.name for t, _ in self._written_log_starts):
+            self.checkpoint_log_starts()  # see the module docstring: never inherited by a new topic
 
     def _schedule_delete(self, directory: Path) -> None:
         # Kafka renames a deleted log's directory first: the name is free at once, and a
@@ -271,7 +292,8 @@ class LogManager:
         except OSError as exc:
             raise storage_error(f"cannot open {d}", exc) from exc
         point = None if fresh else self.recovery_points.get(key, 0)
-        plog = PartitionLog(d, self._config_for(topic), self._now_ms, recovery_point=point, files=self.files)
+        plog = PartitionLog(d, self._config_for(topic), self._now_ms, recovery_point=point, files=self.files,
+                            log_start_offset=self.log_starts.get(key, 0))
         self._report_recovery(topic.name, partition, plog)
         meta = d / PARTITION_METADATA
         try:
@@ -365,7 +387,9 @@ class LogManager:
         return {k: v for k, v in points.items() if self._known(*k)}
 
     def checkpoint(self, force: bool = False) -> bool:
-        """Write the recovery points if they changed; True when written."""
+        """Write the recovery points and the log start offsets if they changed; True when
+        the recovery points were written."""
+        self.checkpoint_log_starts()  # what was written is known exactly: no need to force it
         points = self.recovery_snapshot()
         if not force and points == self._written_checkpoint:
             return False
@@ -376,6 +400,49 @@ class LogManager:
             return False
         self._written_checkpoint = points
         return True
+
+    # --- log start offsets (DeleteRecords) ------------------------------------------------
+
+    def log_start_points(self) -> dict[tuple[str, int], int]:
+        """What `log-start-offset-checkpoint` should say now: Kafka's
+        checkpointLogStartOffsetsInDir keeps a partition only while its start is past its
+        first segment's base offset (otherwise the segments say it)."""
+        starts = {k: v for k, v in self.log_starts.items() if k not in self.logs and self._known(*k)}
+        for key, plog in self.logs.items():
+            start = plog.log_start_offset
+            if start > plog.segments[0].base_offset:
+                starts[key] = start
+        return starts
+
+    def snapshot_log_starts(self) -> tuple[int, dict[tuple[str, int], int]]:
+        """A numbered snapshot for `write_log_starts` (take it on the event loop)."""
+        self._log_start_seq += 1
+        return self._log_start_seq, self.log_start_points()
+
+    def write_log_starts(self, seq: int, points: dict[tuple[str, int], int]) -> bool:
+        """Write a snapshot unless a newer one was written already; safe in a worker
+        thread. True when written; raises StorageError (the old file stays)."""
+        with self._log_start_lock:
+            if seq <= self._log_start_written_seq:
+                return False
+            write_checkpoint(self.log_start_path, points)
+            self._log_start_written_seq = seq
+            self._written_log_starts = points
+            return True
+
+    def checkpoint_log_starts(self, force: bool = False) -> bool:
+        """Write the log start offsets now if they changed (the calling thread)."""
+        if self.health.offline:
+            return False
+        seq, points = self.snapshot_log_starts()
+        if not force and points == self._written_log_starts:
+            return False
+        try:
+            return self.write_log_starts(seq, points)
+        except StorageError as exc:
+            log.warning("%s; records deleted by DeleteRecords since the last write may be served again after a "
+                        "restart", exc)
+            return False
 
     def rolled_unflushed(self) -> list[tuple[PartitionLog, Any]]:
         return [(plog, seg) for plog in self.logs.values() for seg in list(plog.rolled_unflushed)]

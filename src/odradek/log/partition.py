@@ -11,8 +11,14 @@ index plus a short header scan, and return stored bytes unchanged, up to `max_by
 whole first batch (KIP-74).
 
 Retention deletes whole segments (never the active one: an expired active segment is
-rolled first, as Kafka does) by age and by total size. The log start offset is the base
-offset of the first segment.
+rolled first, as Kafka does) by age and by total size.
+
+The log start offset (Kafka's UnifiedLog.logStartOffset) is the first segment's base
+offset, or more once DeleteRecords moved it (`increment_log_start_offset`): then reads
+below it are out of range, and every segment wholly below it is deleted at once and by
+each retention pass whatever the cleanup policy (Kafka's log-start-offset breach). The
+moved start is kept by the log manager in `log-start-offset-checkpoint` and handed back
+when the partition is opened again.
 
 Durability bookkeeping, as Kafka's UnifiedLog/LogLoader: the *recovery point* is the
 offset below which every byte was fsynced. A rolled segment is fsynced soon after the
@@ -85,13 +91,15 @@ def _segment_offsets(directory: Path) -> list[int]:
 
 class PartitionLog:
     def __init__(self, directory: Path, config: dict[str, Any], now_ms: int, clean_shutdown: bool = True,
-                 recovery_point: int | None = None, files: FileCache | None = None) -> None:
+                 recovery_point: int | None = None, files: FileCache | None = None, log_start_offset: int = 0) -> None:
         """Open (creating if need be) the log in `directory`.
 
         `recovery_point`: offset below which the data is known flushed; None means all
         of it (a clean shutdown), 0 recovers every segment. `clean_shutdown=False` with
-        no recovery point is the same as 0. Raises SegmentDamaged when a flushed segment
-        is broken (the caller takes the partition offline), StorageError on I/O failure.
+        no recovery point is the same as 0. `log_start_offset`: the checkpointed start
+        (DeleteRecords); the first segment's base offset wins when it is larger. Raises
+        SegmentDamaged when a flushed segment is broken (the caller takes the partition
+        offline), StorageError on I/O failure.
         """
         self.directory = directory
         self.config = config
@@ -102,6 +110,7 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self.cleaner_state = None  # compaction's memo of the last pass (see compaction.compact_log)
         self._reported_corrupt: set[tuple[int, int]] = set()
+        self._log_start = max(log_start_offset, 0)  # as moved by DeleteRecords (see log_start_offset)
         if recovery_point is None and not clean_shutdown:
             recovery_point = 0
         try:
@@ -115,11 +124,17 @@ class PartitionLog:
         self.segments: list[Segment] = []
         try:
             self._load(offsets, recovery_point, now_ms)
+            if self.segments and self.segments[-1].next_offset < self._log_start:
+                self._drop_below_start()
+        except OSError as exc:
+            self.close_files()
+            raise storage_error(f"cannot open {directory}", exc) from exc
         except BaseException:
             self.close_files()
             raise
         if not self.segments:
-            self.segments.append(Segment(directory, 0, self.index_interval, now_ms, files))
+            # Kafka's LogLoader: an empty log starts its first segment at the log start offset.
+            self.segments.append(Segment(directory, self._log_start, self.index_interval, now_ms, files))
         self._bases = [s.base_offset for s in self.segments]
         # Everything loaded is flushed: trusted segments were, recovered ones were rewritten.
         self.recovery_point = self.log_end_offset
@@ -149,6 +164,16 @@ class PartitionLog:
             if result is not None and result.truncated_bytes:
                 self._drop_after_truncation(offsets[i + 1 :], result)
                 return
+
+    def _drop_below_start(self) -> None:
+        """Kafka's LogLoader.deleteSegmentsIfLogStartGreaterThanLogEnd: the log ends below
+        its checkpointed start (segment files removed by hand, or lost with an unclean
+        stop), so nothing in it can be served; it restarts empty at the start."""
+        log.warning("%s: the log ends at %d, below its log start offset %d: deleting every segment",
+                    self.directory.name, self.segments[-1].next_offset, self._log_start)
+        for seg in self.segments:
+            seg.delete()
+        self.segments.clear()
 
     @staticmethod
     def _load_or_recover(seg: Segment, recovery_point: int) -> RecoveryResult | None:
@@ -203,7 +228,46 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        # Kafka's logStartOffset: retention deleting segments moves it to the next segment's
+        # base (here: whatever segment is first), DeleteRecords moves it anywhere up to the
+        # high watermark; it never goes back.
+        first = self.segments[0].base_offset
+        return first if first > self._log_start else self._log_start
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (DeleteRecords); True if it moved.
+
+        Kafka's UnifiedLog.maybeIncrementLogStartOffset: past the high watermark is
+        OffsetOutOfRange, at or below the current start changes nothing. Segments wholly
+        below the new start are deleted now rather than at the next retention pass, so
+        the space comes back as soon as the client is told the records are gone. Kafka
+        also raises its recovery point to the new start; odradek keeps it, which at worst
+        checks a little more data after an unclean stop. Raises StorageError if deleting
+        a segment fails (the start has moved by then).
+        """
+        hw = self.high_watermark
+        if offset > hw:
+            raise OffsetOutOfRange(f"Cannot increment the log start offset to {offset} of {self.directory.name} "
+                                   f"since it is larger than the high watermark {hw}")
+        if offset <= self.log_start_offset:
+            return False
+        self._log_start = offset
+        log.info("%s: incremented the log start offset to %d due to client delete records request",
+                 self.directory.name, offset)
+        self._delete_breached_segments()
+        for listener in self.listeners:  # parked fetches below the new start should hear of it
+            listener(self)
+        return True
+
+    def _delete_breached_segments(self) -> int:
+        """Kafka's deleteLogStartOffsetBreachedSegments: a segment goes when the next one
+        starts at or below the log start offset (so never the active one)."""
+        deleted = 0
+        start = self.log_start_offset
+        while len(self.segments) > 1 and self.segments[1].base_offset <= start:
+            self._delete_first()
+            deleted += 1
+        return deleted
 
     @property
     def size_bytes(self) -> int:
@@ -253,6 +317,16 @@ class PartitionLog:
             listener(self)
         return AppendInfo(base, next_offset - 1, append_time, self.log_start_offset)
 
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's LogConfig.maxSegmentMs: a compacted log also rolls at max.compaction.lag.ms,
+        or its active segment (never cleaned) would hold records past that lag forever."""
+        segment_ms = int(self.config["segment.ms"])
+        lag = int(self.config.get("max.compaction.lag.ms", 0) or 0)
+        if "compact" in self.config["cleanup.policy"] and lag > 0:
+            return min(lag, segment_ms)
+        return segment_ms
+
     def _maybe_roll(self, incoming: int, last_offset: int, incoming_max_ts: int, now_ms: int) -> None:
         seg = self.active
         if seg.size == 0:
@@ -264,7 +338,7 @@ class PartitionLog:
             waited = incoming_max_ts - seg.first_batch_timestamp
         else:
             waited = now_ms - seg.created_ms
-        if (seg.size + incoming > int(self.config["segment.bytes"]) or waited >= int(self.config["segment.ms"])
+        if (seg.size + incoming > int(self.config["segment.bytes"]) or waited >= self.max_segment_ms
                 # Kafka's LogSegment.shouldRoll: the index holds offsets and positions in 32 bits.
                 or not seg.can_hold(last_offset, incoming)):
             self.roll(now_ms)
@@ -331,12 +405,23 @@ class PartitionLog:
         return seg.pread(h.position, h.size)
 
     def find_by_timestamp(self, timestamp: int) -> tuple[Segment, BatchHeader] | None:
-        """First batch (in offset order) holding a record with timestamp >= `timestamp`."""
+        """First batch (in offset order) at or past the log start holding a record with
+        timestamp >= `timestamp`."""
+        return next(self.timestamp_candidates(timestamp), None)
+
+    def timestamp_candidates(self, timestamp: int):
+        """Every batch, in offset order, from the first whose max timestamp is >=
+        `timestamp`, that holds offsets at or past the log start offset and a timestamp
+        >= `timestamp`. The first holds the answer unless the records that qualify lie
+        below the log start (Kafka's LogSegment.findOffsetByTimestamp skips records below
+        its `startingOffset`); the caller then looks on."""
+        start = self.log_start_offset
         for seg in self.segments:
-            h = seg.find_timestamp(timestamp)
-            if h is not None:
-                return seg, h
-        return None
+            if seg.next_offset <= start or seg.max_timestamp < timestamp:
+                continue
+            for h in seg.batches_from_timestamp(timestamp):
+                if h.last_offset >= start and h.max_timestamp >= timestamp:
+                    yield seg, h
 
     def max_timestamp_batch(self) -> tuple[Segment, BatchHeader] | None:
         best: Segment | None = None
@@ -372,12 +457,14 @@ class PartitionLog:
             self.flush(now_ms)
 
     def delete_old_segments(self, now_ms: int) -> int:
-        """Retention by time and by size (cleanup.policy includes delete). Returns segments deleted."""
+        """Segments below the log start offset, whatever the policy, then retention by time
+        and by size (cleanup.policy includes delete), as Kafka's UnifiedLog.deleteOldSegments.
+        Returns segments deleted."""
+        deleted = self._delete_breached_segments()
         if "delete" not in self.config["cleanup.policy"]:
-            return 0
+            return deleted
         retention_ms = int(self.config["retention.ms"])
         retention_bytes = int(self.config["retention.bytes"])
-        deleted = 0
         if retention_ms >= 0:
             active = self.active
 

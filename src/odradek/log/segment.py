@@ -250,12 +250,17 @@ class Segment:
 
     def find_timestamp(self, timestamp: int) -> BatchHeader | None:
         """The first batch whose max timestamp is >= `timestamp`."""
+        return next(self.batches_from_timestamp(timestamp), None)
+
+    def batches_from_timestamp(self, timestamp: int):
+        """Every batch from the first whose max timestamp is >= `timestamp` to the end."""
         if self.max_timestamp < timestamp:
-            return None
+            return
+        found = False
         for h in self._headers_from(self.index.lookup(self.time_index.lookup(timestamp)), strict=True):
-            if h.max_timestamp >= timestamp:
-                return h
-        return None
+            found = found or h.max_timestamp >= timestamp
+            if found:
+                yield h
 
     def headers(self):
         """Every batch header in the segment, in order (reads in large chunks)."""

@@ -186,10 +186,11 @@ def _snappy_decompress(data) -> bytes:
     return b"".join(out)
 
 
-def _lz4_compress(data: bytes) -> bytes:
+def _lz4_compress(data: bytes, level: int = 0) -> bytes:
     # Not cramjam.lz4.compress: it links blocks (Java can't read that) and is much slower.
-    compressor = cramjam.lz4.Compressor(level=0, content_checksum=False, block_linked=False)
-    compressor.compress(data)
+    # Levels below 3 are lz4's fast compressor, 3-12 its high-compression one.
+    compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
+    compressor.compress(data if type(data) is bytes else bytes(data))  # it takes bytes only
     return bytes(compressor.finish())
 
 
@@ -208,10 +209,22 @@ _DECOMPRESS = {
 }
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records blob the way a Kafka client would for `codec` (0 = identity)."""
+_COMPRESS_LEVEL = {
+    GZIP: lambda data, level: bytes(cramjam.gzip.compress(data, level=level)),
+    LZ4: _lz4_compress,
+    ZSTD: lambda data, level: bytes(cramjam.zstd.compress(data, level=level)),
+}
+
+
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compress a records blob the way a Kafka client would for `codec` (0 = identity).
+
+    `level` is the library's own level (cramjam's gzip, lz4 frame and zstd levels;
+    snappy has none); None is the client default noted in `_COMPRESS`."""
     if codec == NONE:
         return bytes(data)
+    if level is not None and codec in _COMPRESS_LEVEL:
+        return _COMPRESS_LEVEL[codec](data, level)
     try:
         return _COMPRESS[codec](data)
     except KeyError:

@@ -99,6 +99,13 @@ def validate_produce(buf: bytearray, rules: ProduceRules, now_ms: int) -> BatchH
     message_too_large or unsupported_compression_type). May patch the header's max
     timestamp in `buf` (see the module docstring).
     """
+    return validate_produce_records(buf, rules, now_ms)[0]
+
+
+def validate_produce_records(buf: bytearray, rules: ProduceRules, now_ms: int) -> tuple[BatchHeader, memoryview]:
+    """`validate_produce`, also returning the batch's records uncompressed: a view of
+    `buf`, or of the shared decompression buffer, valid until the next validation (what
+    broker-side recompression, records/recompress.py, starts from)."""
     n = len(buf)
     version = rules.api_version
     # 1. ProduceRequest.validateRecords
@@ -139,7 +146,7 @@ def validate_produce(buf: bytearray, rules: ProduceRules, now_ms: int) -> BatchH
         raise _invalid("Record timestamps overflow a 64-bit integer")
     if not header.attributes & TIMESTAMP_TYPE_MASK and max_ts != header.max_timestamp:
         header = set_max_timestamp(buf, header, max_ts)
-    return header
+    return header, payload
 
 
 def _frame(buf: bytearray, n: int) -> BatchHeader:

@@ -3,8 +3,10 @@
 from . import (  # noqa: F401
     api_versions,
     classic_group,
+    alter_configs,
     configs,
     consumer_group,
+    delete_records,
     describe_cluster,
     fetch,
     find_coordinator,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from kio.schema.errors import ErrorCode
+
 from ...log.errors import CorruptBatch, StorageError
 from ...log.partition import OffsetOutOfRange
 from ..errors import (
@@ -25,6 +27,8 @@ from ..errors import (
 from ..registry import api
 
 ZERO_UUID = uuid.UUID(int=0)
+UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
+ZSTD_FETCH_VERSION = 10  # KIP-110: the first Fetch version whose clients read zstd
 
 
 def _partition(index, code, hw=-1, log_start=-1, records=b""):
@@ -48,7 +52,7 @@ def _resolve(broker, t, by_id: bool):
     return topic, (UNKNOWN_TOPIC_OR_PARTITION if topic is None else NONE)
 
 
-def _read_all(broker, body, by_id):
+def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION):
     """One pass over the requested partitions. Returns (responses, bytes, had_error)."""
     budget = body.max_bytes
     total = 0
@@ -68,6 +72,11 @@ def _read_all(broker, body, by_id):
             if plog is None:
                 parts.append(_partition(p.partition, topic_error if topic is None else UNKNOWN_TOPIC_OR_PARTITION))
                 had_error = True
+                continue
+            if version < ZSTD_FETCH_VERSION and plog.config.get("compression.type") == "zstd":
+                # Kafka's KafkaApis.maybeConvertFetchedData: a topic stored as zstd is not
+                # served to a Fetch older than v10 (its client could not read it).
+                parts.append(_partition(p.partition, UNSUPPORTED_COMPRESSION_TYPE))
                 continue
             limit = min(p.partition_max_bytes, max(budget - total, 0))
             try:
@@ -121,7 +130,7 @@ async def fetch(broker, request):
     deadline = broker.clock() + max_wait_ms
     await broker.open_partitions(_keys(broker, body, by_id))
     while True:
-        responses, total, had_error = _read_all(broker, body, by_id)
+        responses, total, had_error = _read_all(broker, body, by_id, request.api_version)
         remaining_ms = deadline - broker.clock()
         if total >= body.min_bytes or had_error or remaining_ms <= 0:
             return _response(responses)

@@ -1,4 +1,7 @@
-"""ListOffsets v1-v10: earliest, latest, max timestamp, and offset by timestamp."""
+"""ListOffsets v1-v10: earliest, latest, max timestamp, and offset by timestamp.
+
+Earliest is the log start offset (moved by DeleteRecords or retention), as Kafka's
+UnifiedLog.fetchOffsetByTimestamp answers EARLIEST_TIMESTAMP."""
 
 from __future__ import annotations
 
@@ -38,13 +41,15 @@ def lookup(plog, timestamp: int) -> tuple[int, int]:
         return h.max_timestamp, h.last_offset
     if timestamp < 0:
         return -1, -1
-    found = plog.find_by_timestamp(timestamp)
-    if found is None:
-        return -1, -1
-    seg, h = found
-    for r in _records(plog, seg, h):
-        if r.timestamp >= timestamp:
-            return r.timestamp, r.offset
+    # Kafka's UnifiedLog.fetchOffsetByTimestamp searches from the log start offset
+    # (LogSegment.findOffsetByTimestamp's startingOffset): records DeleteRecords removed
+    # are never an answer. The first candidate batch holds the answer unless its
+    # qualifying records all lie below the start.
+    start = plog.log_start_offset
+    for seg, h in plog.timestamp_candidates(timestamp):
+        for r in _records(plog, seg, h):
+            if r.timestamp >= timestamp and r.offset >= start:
+                return r.timestamp, r.offset
     return -1, -1
 
 

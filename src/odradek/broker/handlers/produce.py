@@ -1,4 +1,6 @@
-"""Produce v3-v10: validate the batch (records/validate.py), append, answer (or not, for acks=0)."""
+"""Produce v3-v10: validate the batch (records/validate.py), recompress it when the topic's
+compression.type asks for another codec (records/recompress.py), append, answer (or not,
+for acks=0)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from kio.schema.errors import ErrorCode
 from ...log.errors import StorageError
 from ...log.producer_state import SequenceError
 from ...records.batch import BatchError
-from ...records.validate import ProduceRules, validate_produce
+from ...records.recompress import PRODUCER, recompress
+from ...records.validate import ProduceRules, validate_produce_records
 from ..errors import (
     INVALID_PRODUCER_EPOCH,
     INVALID_TOPIC_EXCEPTION,
@@ -63,14 +66,25 @@ def append_partition(broker, topic, index, records, now_ms, api_version=10) -> d
         # coordinator would replay whatever they wrote into __consumer_offsets).
         return _partition_result(index, INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
     data = bytearray(records or b"")
+    rules = produce_rules(plog, api_version)
     try:
-        header = validate_produce(data, produce_rules(plog, api_version), now_ms)
+        header, uncompressed = validate_produce_records(data, rules, now_ms)
+        compression = plog.config.get("compression.type", PRODUCER)
+        if compression != PRODUCER:  # the default keeps the batch as sent: no work at all
+            data, header = recompress(data, header, uncompressed, compression, plog.config, rules.max_message_bytes)
     except BatchError as exc:
-        return _partition_result(index, ErrorCode[exc.code], str(exc), record_errors=exc.record_errors)
+        # Kafka's ReplicaManager.appendToLocalLog answers a RecordValidationException (the
+        # per-record errors) with the log start offset; other rejections with -1.
+        log_start = plog.log_start_offset if exc.record_errors else -1
+        return _partition_result(index, ErrorCode[exc.code], str(exc), log_start=log_start,
+                                 record_errors=exc.record_errors)
     try:
         info = plog.append(data, [header], now_ms)
     except SequenceError as exc:
-        return _partition_result(index, _SEQUENCE_ERRORS[exc.code], str(exc))
+        # Kafka answers these with the log start offset too; an idempotent producer
+        # (KIP-360) compares it with its last acknowledged offset to tell deleted records
+        # from lost ones.
+        return _partition_result(index, _SEQUENCE_ERRORS[exc.code], str(exc), log_start=plog.log_start_offset)
     except StorageError as exc:
         # The write was undone (log/segment.py): nothing was acknowledged, the client retries.
         broker.storage_failed(exc)
