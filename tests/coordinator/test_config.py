@@ -261,3 +261,12 @@ def test_classic_keys_parse():
         "group.initial.rebalance.delay.ms": "0", "group.classic.max.size": "5"})
     assert (cfg.classic_min_session_timeout_ms, cfg.classic_max_session_timeout_ms, cfg.initial_rebalance_delay_ms,
             cfg.classic_max_size) == (1000, 9000, 0, 5)
+
+
+def test_regex_refresh_interval_is_configurable():
+    from odradek.coordinator.config import CoordinatorConfig
+
+    cfg = CoordinatorConfig.from_properties({"group.consumer.regex.refresh.interval.ms": "60000"})
+    assert cfg.regex_refresh_interval_ms == 60000
+    assert cfg.properties()["group.consumer.regex.refresh.interval.ms"] == "60000"
+    assert CoordinatorConfig().regex_refresh_interval_ms == 10 * 60 * 1000

@@ -65,6 +65,9 @@ def _all_records() -> list[R.CoordinatorRecord]:
         R.current_assignment("g", m),
         R.current_assignment("g", bare),
         R.current_assignment_tombstone("g", "m-1"),
+        R.regular_expression("g", "fo.*|ba[rz]", {"foo", "bar"}, 1_700_000_000_123, 1_700_000_000_456),
+        R.regular_expression("g", "nothing-yet.*", (), -1, 0),
+        R.regular_expression_tombstone("g", "fo.*|ba[rz]"),
         R.group_epoch("grüße-☃-日本", 1),  # non-ASCII keys (int16 length counts UTF-8 bytes)
     ]
 
@@ -78,9 +81,20 @@ def test_every_record_type_round_trips(rec):
     assert out.group_id == rec.key[0]
 
 
-def test_all_eight_record_types_are_covered_by_the_round_trip():
-    assert {r.type for r in _all_records()} == {1, 2, 3, 4, 5, 6, 7, 8}
-    assert set(R.KEY_SCHEMAS) == set(R.VALUE_SCHEMAS) == {1, 2, 3, 4, 5, 6, 7, 8}
+def test_all_nine_record_types_are_covered_by_the_round_trip():
+    # Types 1-8, and 16: Kafka 4.0's ConsumerGroupRegularExpression (asynchronous regex resolution).
+    assert {r.type for r in _all_records()} == {1, 2, 3, 4, 5, 6, 7, 8, 16}
+    assert set(R.KEY_SCHEMAS) == set(R.VALUE_SCHEMAS) == {1, 2, 3, 4, 5, 6, 7, 8, 16}
+
+
+def test_regular_expression_record_is_kafkas_layout():
+    # ConsumerGroupRegularExpressionKey: "validVersions": "16", GroupId and RegularExpression as
+    # int16-length strings. ConsumerGroupRegularExpressionValue v0, flexible: Topics []string,
+    # Version int64, Timestamp int64, then the tagged-field count.
+    key, value = R.encode(R.regular_expression("g", "t.*", ["tb", "ta"], 7, 9))
+    assert key == struct.pack(">hh", 16, 1) + b"g" + struct.pack(">h", 3) + b"t.*"
+    assert value == struct.pack(">h", 0) + b"\x03" + b"\x03ta" + b"\x03tb" + struct.pack(">qq", 7, 9) + b"\x00"
+    assert R.decode(key, None) == R.regular_expression_tombstone("g", "t.*")
 
 
 def test_classic_group_record_is_kafkas_group_metadata_value_v3():
@@ -268,7 +282,7 @@ def test_unknown_tag_only_is_skipped_and_epochs_default():
 # --- unknown, corrupt and foreign records ---------------------------------------------------
 
 
-@pytest.mark.parametrize("rtype", [9, 16, 100, -1])
+@pytest.mark.parametrize("rtype", [9, 15, 17, 100, -1])
 def test_unknown_record_types_decode_to_none(rtype):
     key = struct.pack(">h", rtype) + b"\x00\x01g"
     assert R.decode(key, b"\x00\x03whatever") is None

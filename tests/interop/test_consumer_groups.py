@@ -732,6 +732,101 @@ def test_regex_subscription_picks_up_new_matching_topics(gbroker, topic_name):
         m.close()
 
 
+def _resubscribe(m: Member, topics: list[str]) -> None:
+    m.consumer.subscribe(topics, on_assign=m._on_assign, on_revoke=m._on_revoke, on_lost=m._on_lost)
+
+
+def _assigns(journal: Journal, idx: int, since: float = 0.0) -> list[list[tuple[str, int]]]:
+    return [parts for _, i, kind, parts in journal.since(since, idx) if kind == "assign"]
+
+
+def test_literal_topics_are_assigned_before_the_regex_matches(gbroker, topic_name):
+    """librdkafka 0045 do_test_resubscribe_with_regex under group.protocol=consumer: the
+    broker resolves regexes asynchronously (Kafka 4.0), so a subscription to a regex comes
+    in one assignment once resolved, and a subscription to a regex and a topic name is
+    assigned the named topic's partitions first, the regex matches in a later assignment
+    ("expected assignment of 2 partitions, got 10" when the regex is resolved in the join)."""
+    bootstrap = gbroker.bootstrap
+    adm = admin(bootstrap)
+    uniq = topic_name[-9:]
+    topic1, topic2, topic_a = f"rx45-{uniq}-topic_regex1", f"rx45-{uniq}-topic_regex2", f"rx45-{uniq}-topic_a"
+    create_topic(adm, topic1, 4)
+    create_topic(adm, topic2, 4)
+    create_topic(adm, topic_a, 2)
+    regex = f"^.*rx45-{uniq}-topic_regex.*"
+    matches = tps(topic1, range(4)) | tps(topic2, range(4))
+    journal = Journal()
+    m = Member(0, bootstrap, f"g-{topic_name}", [regex], journal)
+    try:
+        poll_until([m], lambda: m.owned == matches, 30, lambda: f"the regex matches; holds {sorted(m.owned)}")
+        assert [p for p in _assigns(journal, 0) if p] == [sorted(matches)]  # both topics, one assignment
+        m.consumer.unsubscribe()
+        poll_until([m], lambda: not m.owned, 20, "the revocation after unsubscribing")
+
+        since = time.monotonic()
+        _resubscribe(m, [regex, topic_a])
+        poll_until([m], lambda: m.owned == matches | tps(topic_a, range(2)), 30,
+                   lambda: f"the regex matches and {topic_a}; holds {sorted(m.owned)}")
+        nonempty = [p for p in _assigns(journal, 0, since) if p]
+        assert nonempty == [sorted(tps(topic_a, range(2))), sorted(matches)], nonempty
+        assert not journal.violations, journal.violations
+        no_client_errors([m])
+    finally:
+        m.close()
+
+
+def test_regex_consumers_see_topics_created_back_to_back_in_one_assignment(gbroker, topic_name):
+    """librdkafka 0113 n_wildcard under group.protocol=consumer: two consumers subscribe to a
+    regex that matches nothing; two matching topics are created one after the other; the
+    coordinator resolves regexes at most once per 10 s per group, so each consumer gets both
+    topics' partitions in a single (non-empty) assignment, then loses the deleted one."""
+    bootstrap = gbroker.bootstrap
+    adm = admin(bootstrap)
+    uniq = topic_name[-9:]
+    base = f"rx113-{uniq}"
+    t1, t2 = f"{base}_1", f"{base}_2"
+    group = f"g-{topic_name}"
+    journal = Journal()
+    conf = {"topic.metadata.refresh.interval.ms": 3000}
+    c1 = Member(1, bootstrap, group, [f"^{base}_."], journal, **conf)
+    c2 = Member(2, bootstrap, group, [f"^{base}_."], journal, **conf)
+    members = [c1, c2]
+    try:
+        poll_until(members, lambda: len(describe_group(adm, group).members) == 2, 20, "both consumers to join")
+        poll_for(members, 1.0)
+        # "There are no matching topics, so the consumers should not join the group initially"
+        assert not [e for e in journal.events if e[2] == "assign"], journal.events
+        create_topic(adm, t1, 2)
+        # librdkafka's test waits for each topic to show in its metadata; a second or so
+        # passes, several heartbeats, and a broker that resolves the regex at each topic
+        # change starts a round per topic.
+        poll_for(members, 1.0)
+        create_topic(adm, t2, 2)
+        poll_until(members, lambda: all(len(m.owned) == 2 for m in members), 40,
+                   lambda: f"two partitions each; {ownership(members)}")
+        for m in members:
+            nonempty = [p for p in _assigns(journal, m.idx) if p]
+            assert len(nonempty) == 1, f"consumer {m.idx}: nonempty_assign_call_cnt {len(nonempty)}: {nonempty}"
+        assert not [e for e in journal.events if e[2] in ("revoke", "lost")], journal.events
+        assert c1.owned | c2.owned == tps(t1, range(2)) | tps(t2, range(2))
+        no_client_errors(members)
+
+        fut = adm.delete_topics([t1], operation_timeout=10)[t1]
+        assert fut.result(TIMEOUT) is None
+        poll_until(members, lambda: all(len(m.owned) == 1 for m in members), 30,
+                   lambda: f"one partition each after deleting {t1}; {ownership(members)}")
+        for m in members:
+            kinds = [e[2] for e in journal.events if e[1] == m.idx]
+            assert kinds.count("revoke") == 1 and kinds.count("lost") == 0, (m.idx, kinds)
+        assert c1.owned | c2.owned == tps(t2, range(2))
+        assert not journal.violations, journal.violations
+        for m in members:  # a fetch or offset lookup racing the deletion may hear of it first
+            assert all(e.code() == KafkaError.UNKNOWN_TOPIC_OR_PART for e in m.errors), m.errors[:5]
+    finally:
+        for m in members:
+            m.close()
+
+
 # ------------------------------------------------------------------ 6. CreatePartitions picked up
 
 

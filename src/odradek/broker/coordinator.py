@@ -4,7 +4,8 @@ Theory of operation: the sans-I/O `CoordinatorRuntime` decides; this module give
 writer that appends each result's records as one RecordBatch to the shard's partition
 of `__consumer_offsets` (a compacted topic, created at start-up with
 `offsets.topic.num.partitions` partitions), loads every partition at start-up by
-decoding its batches and replaying them, and tells the runtime when topics change.
+decoding its batches and replaying them, and tells the runtime when topics change (each
+new picture of the topics is numbered upwards, across restarts too).
 
 A write that the disk refuses (StorageError) leaves the shard as its log says it is:
 the runtime replays records only after the writer returned, and the shard is reloaded
@@ -53,7 +54,10 @@ class GroupCoordinator:
         return {k: int(v) for k, v in raw.items()} if raw else {}
 
     def build_image(self) -> MetadataImage:
-        self._image_version += 1
+        # The version stands in for Kafka's metadata offset: regex resolutions record it and
+        # are refreshed when a topic is created in a later image (consumer/regex.py), so it
+        # must keep rising across restarts. Milliseconds of the clock do, within a run too.
+        self._image_version = max(self._image_version + 1, self.broker.clock())
         topics = {
             t.name: TopicMeta(t.topic_id, t.name, t.partitions)
             for t in self.broker.metadata.topics.values()

@@ -66,6 +66,9 @@ class CoordinatorConfig:
     initial_rebalance_delay_ms: int = 3_000
     # KIP-848 "Online Migration": bidirectional, upgrade, downgrade or disabled
     migration_policy: str = "bidirectional"
+    # Kafka 4.1+ `group.consumer.regex.refresh.interval.ms`: resolved regexes older than
+    # this are refreshed at the next heartbeat (consumer/regex.py).
+    regex_refresh_interval_ms: int = 10 * 60 * 1000
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -88,6 +91,7 @@ class CoordinatorConfig:
             "group.max.size": ("classic_max_size", int),
             "group.classic.max.size": ("classic_max_size", int),
             "group.initial.rebalance.delay.ms": ("initial_rebalance_delay_ms", int),
+            "group.consumer.regex.refresh.interval.ms": ("regex_refresh_interval_ms", int),
             "group.consumer.migration.policy": ("migration_policy", lambda v: str(v).strip().lower()),
         }
         kwargs = {}
@@ -141,6 +145,7 @@ class CoordinatorConfig:
             "group.consumer.max.heartbeat.interval.ms": str(self.max_heartbeat_interval_ms),
             "group.consumer.max.size": str(self.max_size),
             "group.consumer.assignors": ",".join(self.assignors),
+            "group.consumer.regex.refresh.interval.ms": str(self.regex_refresh_interval_ms),
             "offsets.retention.minutes": str(self.offsets_retention_ms // 60_000),
             "offsets.retention.check.interval.ms": str(self.offsets_retention_check_interval_ms),
             "group.min.session.timeout.ms": str(self.classic_min_session_timeout_ms),

@@ -19,6 +19,8 @@ from .consumer.model import TopicMeta
 class MetadataImage:
     topics: dict[str, TopicMeta] = field(default_factory=dict)  # by name, internal topics excluded
     racks: frozenset[str] = frozenset()  # racks holding replicas (every partition, one broker here)
+    # Kafka's metadata offset: numbered upwards, across restarts too. A regex resolution
+    # records the version it saw and is refreshed once a later image creates a topic.
     version: int = 0
 
     @classmethod

@@ -16,6 +16,11 @@ group-coordinator record definitions, so the bytes read the same way:
     type 7  ConsumerGroupTargetAssignmentMemberKey    -> {topic_partitions}
     type 8  ConsumerGroupCurrentMemberAssignmentKey   -> {member_epoch, previous_member_epoch, state,
                                                          assigned_partitions, partitions_pending_revocation}
+    type 16 ConsumerGroupRegularExpressionKey(g, rx)  -> {topics, version, timestamp}: what regex rx of
+                                                         group g resolved to (Kafka 4.0, KIP-848
+                                                         "Regex Based Subscription"), written by the
+                                                         asynchronous resolution, tombstoned when no
+                                                         member subscribes to rx any more
 
 Where the seed's draft schemas and shipped Kafka differ (the current-assignment value
 carries the previous epoch, the member state and the pending-revocation partitions
@@ -47,6 +52,9 @@ MEMBER_METADATA = 5
 TARGET_METADATA = 6
 TARGET_MEMBER = 7
 CURRENT_ASSIGNMENT = 8
+# Kafka's ConsumerGroupRegularExpressionKey is "validVersions": "16" (the key version is the
+# record type); types 9-15 are share-group records odradek does not write.
+REGULAR_EXPRESSION = 16
 
 
 class RecordError(ValueError):
@@ -238,6 +246,7 @@ KEY_SCHEMAS: dict[int, tuple] = {
     TARGET_METADATA: (("group", "str"),),
     TARGET_MEMBER: (("group", "str"), ("member_id", "str")),
     CURRENT_ASSIGNMENT: (("group", "str"), ("member_id", "str")),
+    REGULAR_EXPRESSION: (("group", "str"), ("regular_expression", "str")),
 }
 
 # (value version, flexible, schema)
@@ -266,6 +275,9 @@ VALUE_SCHEMAS: dict[int, tuple[int, bool, tuple]] = {
         ("assigned_partitions", ("array", _TOPIC_PARTITIONS)),
         ("partitions_pending_revocation", ("array", _TOPIC_PARTITIONS)),
     )),
+    # ConsumerGroupRegularExpressionValue v0 (flexible): Topics []string, Version int64 (the
+    # metadata image the resolution used), Timestamp int64 (when it ran).
+    REGULAR_EXPRESSION: (0, True, (("topics", ("array", "str")), ("version", "i64"), ("timestamp", "i64"))),
 }
 
 
@@ -462,6 +474,17 @@ def current_assignment(group: str, member) -> CoordinatorRecord:
 
 def current_assignment_tombstone(group: str, member_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(CURRENT_ASSIGNMENT, (group, member_id), None)
+
+
+def regular_expression(group: str, regex: str, topics, version: int, timestamp_ms: int) -> CoordinatorRecord:
+    """What `regex` of `group` resolved to (Kafka's newConsumerGroupRegularExpressionRecord)."""
+    return CoordinatorRecord(REGULAR_EXPRESSION, (group, regex), {
+        "topics": sorted(topics), "version": version, "timestamp": timestamp_ms,
+    })
+
+
+def regular_expression_tombstone(group: str, regex: str) -> CoordinatorRecord:
+    return CoordinatorRecord(REGULAR_EXPRESSION, (group, regex), None)
 
 
 def read_partitions(items: list[dict], default_epoch: int) -> dict[uuid.UUID, dict[int, int]]:

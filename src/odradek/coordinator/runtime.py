@@ -195,9 +195,26 @@ class CoordinatorRuntime:
         return min(deadlines) if deadlines else None
 
     def update_image(self, image: MetadataImage, now_ms: int) -> None:
-        """Topics changed: groups whose subscribed partitions changed get a new epoch and target."""
+        """Topics changed: groups whose subscribed partitions changed get a new epoch and target.
+
+        Regexes are not resolved here (consumer/regex.py): a created topic only marks every
+        resolution made before it as stale (Kafka's onNewMetadataImage sets
+        lastMetadataImageWithNewTopics), and each group's next heartbeat schedules its
+        refresh, at most one per REGEX_BATCH_REFRESH_MIN_INTERVAL_MS."""
+        old = self.image
         self.image = image
+        created = _creates_topics(old, image)
         for shard in self.shards.values():
             shard.image = image
+            if created:
+                # Callers number images upwards; one that does not still makes resolutions stale.
+                shard.new_topics_version = max(image.version, shard.new_topics_version + 1)
             for group in list(shard.consumer_groups.values()):
                 self._write(shard, refresh_metadata(shard, group), now_ms)
+
+
+def _creates_topics(old: MetadataImage, new: MetadataImage) -> bool:
+    """Whether `new` has a topic (by id) that `old` lacks: created, or deleted and recreated."""
+    if len(new.topics) > len(old.topics):
+        return True
+    return any(old.by_id(t.topic_id) is None for t in new.topics.values())

@@ -31,6 +31,7 @@ from .consumer.model import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    ResolvedRegex,
     TopicMeta,
 )
 from .image import MetadataImage
@@ -81,6 +82,10 @@ class Shard:
         self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
         self.records_replayed = 0
         self.loading = False
+        # Kafka's lastMetadataImageWithNewTopics: the version of the last metadata image that
+        # created a topic (initialised to the image the shard starts with, as Kafka does on
+        # its first image), so a regex resolved against an older image is resolved again.
+        self.new_topics_version = self.image.version
         # Answers to classic requests, sent by the runtime once the records of the
         # operation that produced them are written (Kafka answers after the append too).
         self.outbox: list[tuple[Reply, dict]] = []
@@ -151,6 +156,9 @@ class Shard:
                 group.target.pop(member_id, None)
             else:
                 group.target[member_id] = {x["topic_id"]: frozenset(x["partitions"]) for x in v["topic_partitions"]}
+        elif t == R.REGULAR_EXPRESSION:
+            group.put_resolved_regex(record.key[1], None if v is None else ResolvedRegex(
+                frozenset(v["topics"]), v["version"], v["timestamp"]))
         elif t == R.CURRENT_ASSIGNMENT:
             member_id = record.key[1]
             old = group.members.get(member_id)

@@ -10,7 +10,8 @@ Theory of operation, in the order `heartbeat` runs (KIP-848 "Request Handling"):
      at the right epoch (FENCED_MEMBER_EPOCH), the previous epoch being accepted when the
      owned partitions are a subset of the assignment (the lost-response case);
   4. fold the request's changed fields into the member; a change of what the assignment
-     depends on bumps the group epoch;
+     depends on bumps the group epoch, except a regex nobody has resolved yet, which
+     schedules its resolution instead (regex.py: the heartbeat uses resolved regexes only);
   5. if the group epoch is ahead of the target epoch, compute a new target assignment;
   6. reconcile the member (reconcile.py) and persist its new current assignment;
   7. answer with the epoch, the heartbeat interval, and the assignment when the member's
@@ -57,6 +58,7 @@ from .model import (
     MemberState,
 )
 from .reconcile import reconcile
+from .regex import dropped_regexes, maybe_schedule_refresh, regex_update
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +213,8 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
     if m.classic is not None:
         return None  # a consumer-protocol heartbeat from a classic member converts it: general path
     shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid), expire_op(gid, m.member_id))
+    if group.regex_counts:
+        maybe_schedule_refresh(shard, group, now_ms)  # Kafka checks on every heartbeat
     assignment = None
     if req.is_full:
         assignment = {"topic_partitions": [
@@ -290,8 +294,11 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     metadata_changed = joining or predecessor is not None or _metadata_differs(base, updated)
     if metadata_changed:
         records.append(R.member_metadata(gid, updated))
-    if joining and predecessor is None or updated.subscription_key() != base.subscription_key():
-        new_topics = subscribed_topics(members.values(), shard.image)
+    old_rx, new_rx = base.subscribed_topic_regex, updated.subscribed_topic_regex
+    rx_records, new_regex = regex_update(group, old_rx, new_rx)
+    records += rx_records
+    if _bumps(group, base, updated, joining and predecessor is None):
+        new_topics = subscribed_topics(members.values(), shard.image, group.resolved_regexes)
         if new_topics != topics:
             records.append(partition_metadata_record(gid, new_topics))
             topics = new_topics
@@ -323,6 +330,14 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
     if joining or predecessor is not None or reconciled is not updated:
         records.append(R.current_assignment(gid, reconciled))
 
+    counts = group.regex_counts
+    if old_rx != new_rx:
+        counts = dict(counts)
+        for rx, delta in ((old_rx, -1), (new_rx, 1)):
+            if rx:
+                counts[rx] = counts.get(rx, 0) + delta
+        counts = {rx: n for rx, n in counts.items() if n > 0}
+    maybe_schedule_refresh(shard, group, now_ms, counts, new_regex)
     arm_timers(shard, gid, reconciled, now_ms)
     if predecessor is not None:
         shard.timer.cancel(("session", gid, predecessor.member_id))
@@ -338,6 +353,21 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
             {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(reconciled.assigned.items()) if ps
         ]}
     return Result(records, response)
+
+
+def _bumps(group: ConsumerGroup, base: ConsumerMember, updated: ConsumerMember, joins: bool) -> bool:
+    """Whether this request changes the assignment input (KIP-848 "Group Epoch"). A new
+    member always bumps. A regex that is not resolved yet adds no topic, so changing to it
+    bumps nothing: the member keeps its target until the resolution bumps the epoch, as in
+    Kafka (maybeUpdateRegularExpressions bumps only for an already resolved regex)."""
+    if joins:
+        return True
+    old, new = base.subscription_key(), updated.subscription_key()
+    if old == new:
+        return False
+    regex = updated.subscribed_topic_regex
+    only_regex = (base.with_(subscribed_topic_regex=regex).subscription_key() == new)
+    return not (only_regex and regex and regex not in group.resolved_regexes)
 
 
 def _metadata_differs(a: ConsumerMember, b: ConsumerMember) -> bool:
@@ -403,7 +433,9 @@ def expire_member(shard: Shard, gid: str, mid: str, now_ms: int) -> Result:
     from ..migration import downgrade_if_possible
     records = downgrade_if_possible(shard, group, mid, now_ms)
     if records is not None:
-        return Result(records, None)
+        # The group becomes classic: its regex resolutions go first, while it still exists
+        # (Kafka's createGroupTombstoneRecords includes them).
+        return Result(dropped_regexes(group, group.members.values()) + records, None)
     return Result(remove_member_records(shard, group, mid), None)
 
 
@@ -411,8 +443,9 @@ def remove_member_records(shard: Shard, group: ConsumerGroup, *mids: str) -> lis
     """Remove members, bump the group epoch and install the next target (KIP-848 "Member Failure")."""
     gid = group.group_id
     records = [r for mid in mids for r in _removal_records(gid, mid)]
+    records += dropped_regexes(group, (group.members[mid] for mid in mids if mid in group.members))
     members = {k: v for k, v in group.members.items() if k not in mids}
-    topics = subscribed_topics(members.values(), shard.image)
+    topics = subscribed_topics(members.values(), shard.image, group.resolved_regexes)
     if topics != group.subscribed_topics:
         records.append(partition_metadata_record(gid, topics))
     epoch = group.group_epoch + 1
@@ -447,8 +480,10 @@ def leave(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
 
 
 def refresh_metadata(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:
-    """Bump the epoch when the subscribed topics changed (created, deleted, recreated, grown)."""
-    topics = subscribed_topics(group.members.values(), shard.image)
+    """Bump the epoch when the subscribed topics changed (created, deleted, recreated, grown):
+    the names members subscribe to, and the topics their regexes last resolved to (a regex
+    learns of a new topic only through its own refresh, regex.py)."""
+    topics = subscribed_topics(group.members.values(), shard.image, group.resolved_regexes)
     if topics == group.subscribed_topics:
         return []
     gid = group.group_id

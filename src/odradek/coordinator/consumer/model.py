@@ -5,10 +5,12 @@ epoch (bumped whenever the assignment input changes), a target assignment comput
 assignment epoch, and members that each reconcile their current assignment towards their
 target at their own member epoch. `ConsumerMember` is frozen: the heartbeat handler
 computes the member it wants and returns a record for it; replay swaps the new value in.
-The group keeps one derived index, `owners`: which member currently holds each
-partition (assigned or still pending revocation). A partition is handed to a new member
-only when it has no owner (KIP-848: "never assign a partition before the previous owner
-revoked it").
+The group keeps derived indexes: `owners`, which member currently holds each partition
+(assigned or still pending revocation; a partition is handed to a new member only when it
+has no owner, KIP-848: "never assign a partition before the previous owner revoked it"),
+and `regex_counts`, how many members subscribe to each regular expression (Kafka's
+`subscribedRegularExpressions`). What each regex resolved to is hard state of its own,
+`resolved_regexes`, replayed from ConsumerGroupRegularExpression records (regex.py).
 
 Group states are derived from epochs (KIP-848 "Consumer Group States"); the table
 `GROUP_TRANSITIONS` lists the moves replay may make, and a move outside it is an
@@ -101,6 +103,16 @@ class ConsumerMember:
 
 
 @dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """Kafka's ResolvedRegularExpression: the topics a regex matched in the metadata image of
+    `version`, resolved at `timestamp_ms`."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicMeta:
     topic_id: uuid.UUID
     name: str
@@ -119,6 +131,8 @@ class ConsumerGroup:
         self.target: dict[str, TargetPartitions] = {}
         self.owners: dict[tuple[uuid.UUID, int], str] = {}
         self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.regex_counts: dict[str, int] = {}  # regex -> members subscribed to it
+        self.resolved_regexes: dict[str, ResolvedRegex] = {}
         # Classic members told MEMBER_ID_REQUIRED and not joined yet (KIP-394); in memory
         # only, as in a classic group: after a fail-over they are asked again.
         self.pending_classic: set[str] = set()
@@ -162,6 +176,7 @@ class ConsumerGroup:
         mid = self.static_members.get(instance_id)
         return self.members.get(mid) if mid is not None else None
 
+
     # --- replay: the only mutators --------------------------------------------------------
 
     def set_target_epoch(self, epoch: int) -> None:
@@ -173,10 +188,12 @@ class ConsumerGroup:
         if old is not None:
             self._unconverged -= not self._converged(old)
             self._unown(old)
+            self._count_regex(old.subscribed_topic_regex, -1)
             if old.instance_id and self.static_members.get(old.instance_id) == old.member_id:
                 del self.static_members[old.instance_id]
         self.members[member.member_id] = member
         self._unconverged += not self._converged(member)
+        self._count_regex(member.subscribed_topic_regex, 1)
         if member.instance_id:
             self.static_members[member.instance_id] = member.member_id
         for tp in member.owned_pairs():
@@ -188,8 +205,23 @@ class ConsumerGroup:
             return
         self._unconverged -= not self._converged(old)
         self._unown(old)
+        self._count_regex(old.subscribed_topic_regex, -1)
         if old.instance_id and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]
+
+    def _count_regex(self, regex: str | None, delta: int) -> None:
+        if regex:
+            n = self.regex_counts.get(regex, 0) + delta
+            if n:
+                self.regex_counts[regex] = n
+            else:
+                del self.regex_counts[regex]
+
+    def put_resolved_regex(self, regex: str, resolved: ResolvedRegex | None) -> None:
+        if resolved is None:
+            self.resolved_regexes.pop(regex, None)
+        else:
+            self.resolved_regexes[regex] = resolved
 
     def _unown(self, member: ConsumerMember) -> None:
         for tp in member.owned_pairs():
@@ -208,4 +240,5 @@ class ConsumerGroup:
             "target": {k: dict(sorted(v.items())) for k, v in sorted(self.target.items())},
             "owners": dict(sorted(self.owners.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))),
             "static_members": dict(sorted(self.static_members.items())),
+            "resolved_regexes": dict(sorted(self.resolved_regexes.items())),
         }
