@@ -3,7 +3,10 @@
 `broker` runs a broker in the foreground; `topics`, `produce`, `consume` and `groups`
 are Kafka's shell tools on odradek's own client, one module per family in
 `odradek.commands`; `pipeline demo` runs a Spark streaming job on odradek end to end;
-`sim run|sweep` runs the deterministic simulator of the group protocols.
+`sim run|sweep` runs the deterministic simulator of the group protocols. `kafka-topics`,
+`kafka-configs`, `kafka-consumer-groups`, `kafka-console-producer|consumer` and
+`kafka-acls` take Kafka's own command lines (odradek.commands.kafka_scripts), and
+`kafka-scripts DIR` writes DIR/bin/kafka-*.sh wrappers around them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from pathlib import Path
 
 from . import commands
-from .commands import groups, pipeline, sim, stream, topics
+from .commands import groups, kafka_scripts, pipeline, sim, stream, topics
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -65,7 +68,25 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kafka_tool(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """(log level, Kafka tool, its arguments) if argv runs one of Kafka's tools."""
+    level = None
+    if argv[:1] == ["--log-level"] and len(argv) > 1:
+        level, argv = argv[1], argv[2:]
+    elif argv and argv[0].startswith("--log-level="):
+        level, argv = argv[0].split("=", 1)[1], argv[1:]
+    if argv and argv[0] in kafka_scripts.TOOLS:
+        return level, argv[0], argv[1:]
+    return None, None, argv
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    level, tool, tool_args = _kafka_tool(argv)
+    if tool is not None:
+        # Kafka's options, not odradek's: the tool parses its command line itself.
+        logging.basicConfig(level=(level or "WARNING").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return kafka_scripts.run(tool, tool_args)
     parser = argparse.ArgumentParser(prog="odradek", description="Kafka-wire-compatible broker in Python")
     # Default: INFO for the broker (its startup line is what tests wait for), WARNING for
     # the client commands, whose stdout/stderr are data and a one-line summary.
@@ -86,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     groups.register(sub, common)
     pipeline.register(sub, common)
     sim.register(sub, common)
+    kafka_scripts.register(sub, common)
     args = parser.parse_args(argv)
     level = args.log_level or ("INFO" if args.command == "broker" else "WARNING")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -8,12 +8,18 @@ member's current and target assignment), DescribeGroups for classic ones, whose
 member assignments are decoded from the embedded consumer protocol. Resetting offsets
 computes the target offsets (earliest, latest, an offset, a timestamp, a shift) and
 commits them as a simple group, which the coordinator only accepts for an empty group,
-as kafka-consumer-groups.sh requires.
+as kafka-consumer-groups.sh requires. Configs (DescribeConfigs, IncrementalAlterConfigs)
+go to the broker a BROKER resource names, anything else to any broker, as Kafka's admin
+client routes them.
+
+A `KafkaError` raised for a per-item error code carries the broker's own message, if
+it sent one, as `server_message`: Kafka's tools print exactly that text.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Self
 
 from kio.schema.errors import ErrorCode
@@ -22,9 +28,9 @@ from odradek.coordinator.consumer_protocol import decode_assignment, decode_subs
 
 from . import offsets as O
 from .cluster import BrokerInfo, TopicInfo, TopicPartition
-from .errors import KafkaError
+from .errors import KafkaError, UnsupportedApiError
 from .net import Client
-from .versions import Api
+from .versions import Api, api_name
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class NewTopic:
     num_partitions: int = -1  # -1: the broker's num.partitions
     replication_factor: int = -1
     configs: dict[str, str] = field(default_factory=dict)
+    # partition -> broker ids (first = preferred leader); excludes the two counts above
+    assignments: dict[int, list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,68 @@ class GroupDescription:
     members: list[MemberDescription]
 
 
+class ConfigResourceType(IntEnum):
+    """Kafka's ConfigResource.Type codes."""
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+class ConfigOp(IntEnum):
+    """IncrementalAlterConfigs operations (AlterConfigOp.OpType)."""
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+# DescribeConfigsResponse's source ids, named as the Java admin client's ConfigEntry.ConfigSource.
+CONFIG_SOURCES = {
+    0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG",
+}
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None  # None for a sensitive config
+    source: str  # a CONFIG_SOURCES name, e.g. DYNAMIC_TOPIC_CONFIG
+    is_sensitive: bool = False
+    read_only: bool = False
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == "DEFAULT_CONFIG"
+
+
+# APIs only the admin client uses. They are negotiated on a connection when first used
+# (one ApiVersions round trip), so producer and consumer connections never pay for them.
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+ADMIN_VERSIONS = {DESCRIBE_CONFIGS: (1, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1)}
+
+
+def _error(code, context: str, message: str | None) -> KafkaError:
+    exc = KafkaError(code, f"{context}: {message}" if message else context)
+    exc.server_message = message  # what Kafka's tools print
+    return exc
+
+
 def _check_all(pairs, what: str) -> None:
     for name, code, message in pairs:
         if code != ErrorCode.none:
-            raise KafkaError(code, f"{what} {name}: {message or ''}".rstrip(": "))
+            raise _error(code, f"{what} {name}", message)
 
 
 class AsyncAdmin:
@@ -108,7 +174,9 @@ class AsyncAdmin:
 
     async def create_topics(self, topics: list[NewTopic], *, validate_only: bool = False) -> None:
         body = {"topics": [{"name": t.name, "num_partitions": t.num_partitions,
-                            "replication_factor": t.replication_factor, "assignments": [],
+                            "replication_factor": t.replication_factor,
+                            "assignments": [{"partition_index": p, "broker_ids": list(ids)}
+                                            for p, ids in sorted((t.assignments or {}).items())],
                             "configs": [{"name": k, "value": v} for k, v in t.configs.items()]} for t in topics],
                 "timeout": self.timeout_ms, "validate_only": validate_only}
         resp = await self.client.send(await self._controller(), Api.CREATE_TOPICS, body)
@@ -124,13 +192,30 @@ class AsyncAdmin:
             self.client._known_topics.discard(n)
         await self.client.refresh_metadata(all_topics=True)
 
-    async def create_partitions(self, counts: dict[str, int], *, validate_only: bool = False) -> None:
-        """Grow topics to the given total partition counts."""
-        body = {"topics": [{"name": t, "count": n, "assignments": None} for t, n in counts.items()],
+    async def create_partitions(self, counts: dict[str, int], *, validate_only: bool = False,
+                                assignments: dict[str, list[list[int]]] | None = None) -> None:
+        """Grow topics to the given total partition counts; `assignments` optionally
+        gives, per topic, the broker ids of each new partition in order."""
+        assignments = assignments or {}
+        body = {"topics": [{"name": t, "count": n,
+                            "assignments": [{"broker_ids": list(ids)} for ids in assignments[t]]
+                            if t in assignments else None} for t, n in counts.items()],
                 "timeout": self.timeout_ms, "validate_only": validate_only}
         resp = await self.client.send(await self._controller(), Api.CREATE_PARTITIONS, body)
         _check_all(((r.name, r.error_code, r.error_message) for r in resp.results), "CreatePartitions")
         await self.client.refresh_metadata(list(counts))
+
+    async def auto_create_topics(self, names: list[str]) -> None:
+        """A Metadata request that lets the broker create the topics it does not know
+        (auto.create.topics.enable), as a Java producer's or consumer's first metadata
+        request does; with auto-creation off they simply stay unknown."""
+        missing = [n for n in names if n not in self.client.cluster.topics]
+        if not missing:
+            return
+        body = {"topics": [{"name": n, "topic_id": None} for n in missing], "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False, "include_cluster_authorized_operations": False}
+        await self.client.send_any(Api.METADATA, body)
+        await self.client.refresh_metadata(missing)
 
     async def list_topics(self, *, internal: bool = False) -> list[str]:
         await self.client.refresh_metadata(all_topics=True)
@@ -159,6 +244,77 @@ class AsyncAdmin:
             raise KafkaError(resp.error_code, resp.error_message)
         brokers = [BrokerInfo(int(b.broker_id), b.host, int(b.port), b.rack) for b in resp.brokers]
         return resp.cluster_id, int(resp.controller_id), sorted(brokers, key=lambda b: b.node_id)
+
+    # ------------------------------------------------------------------ configs
+
+    async def _admin_node(self, resource_type: int, name: str):
+        """Kafka's admin routes a named BROKER or BROKER_LOGGER resource to that broker."""
+        if resource_type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and name:
+            try:
+                node = int(name)
+            except ValueError:
+                raise KafkaError(ErrorCode.invalid_request, f"broker id must be an integer, not {name!r}") from None
+            if node not in self.client.cluster.brokers:
+                await self.client.refresh_metadata()
+            if node not in self.client.cluster.brokers:
+                raise KafkaError(ErrorCode.broker_not_available, f"broker {node} is not in the cluster")
+            return node
+        node, _ = await self.client.any_connection()
+        return node
+
+    async def _admin_request(self, node, api: int, body: dict):
+        conn = await self.client.connection(node)
+        if api not in conn.versions:
+            resp = await conn.request(Api.API_VERSIONS, {"client_software_name": "odradek",
+                                                         "client_software_version": "0.1.0"})
+            served = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in resp.api_keys}
+            for key, (lo, hi) in ADMIN_VERSIONS.items():
+                span = served.get(key)
+                conn.versions[key] = (min(hi, span[1]) if span and span[0] <= hi and span[1] >= lo else
+                                      UnsupportedApiError(api_name(key), key, "not served in a version the client speaks"))
+        return await conn.request(api, body)
+
+    async def describe_configs(self, resources: list[tuple[int, str]], *, include_synonyms: bool = False,
+                               keys: list[str] | None = None) -> dict[tuple[int, str], list[ConfigEntry]]:
+        """(resource type, name) -> its config entries, in the broker's order. An empty
+        BROKER name means the cluster-wide defaults."""
+        by_node: dict = {}
+        for rtype, name in resources:
+            by_node.setdefault(await self._admin_node(rtype, name), []).append((int(rtype), name))
+        out: dict[tuple[int, str], list[ConfigEntry]] = {}
+        for node, items in by_node.items():
+            body = {"resources": [{"resource_type": t, "resource_name": n, "configuration_keys": keys}
+                                  for t, n in items],
+                    "include_synonyms": include_synonyms, "include_documentation": False}
+            resp = await self._admin_request(node, DESCRIBE_CONFIGS, body)
+            for r in resp.results:
+                if r.error_code != ErrorCode.none:
+                    raise _error(r.error_code, f"DescribeConfigs {ConfigResourceType(r.resource_type).name} "
+                                 f"{r.resource_name!r}", r.error_message)
+                out[(int(r.resource_type), r.resource_name)] = [
+                    ConfigEntry(c.name, c.value, CONFIG_SOURCES.get(int(getattr(c, "config_source", 0)), "UNKNOWN"),
+                                bool(c.is_sensitive), bool(c.read_only),
+                                tuple(ConfigSynonym(y.name, y.value, CONFIG_SOURCES.get(int(y.source), "UNKNOWN"))
+                                      for y in (getattr(c, "synonyms", None) or ())))
+                    for c in r.configs]
+        return out
+
+    async def incremental_alter_configs(self, changes: dict[tuple[int, str], list[tuple[str, int, str | None]]],
+                                        *, validate_only: bool = False) -> None:
+        """(resource type, name) -> [(config name, ConfigOp, value)]."""
+        by_node: dict = {}
+        for (rtype, name), ops in changes.items():
+            by_node.setdefault(await self._admin_node(rtype, name), []).append((int(rtype), name, ops))
+        for node, items in by_node.items():
+            body = {"resources": [{"resource_type": t, "resource_name": n,
+                                   "configs": [{"name": k, "config_operation": int(op), "value": v} for k, op, v in ops]}
+                                  for t, n, ops in items],
+                    "validate_only": validate_only}
+            resp = await self._admin_request(node, INCREMENTAL_ALTER_CONFIGS, body)
+            for r in resp.responses:
+                if r.error_code != ErrorCode.none:
+                    raise _error(r.error_code, f"IncrementalAlterConfigs {ConfigResourceType(r.resource_type).name} "
+                                 f"{r.resource_name!r}", r.error_message)
 
     # ------------------------------------------------------------------ groups
 
@@ -262,6 +418,15 @@ class AsyncAdmin:
         await O.commit(self.client, group_id, {TopicPartition(*tp): o for tp, o in offsets.items()}, retries=3)
 
     async def delete_group_offsets(self, group_id: str, tps: list[TopicPartition]) -> None:
+        top, results = await self.delete_group_offsets_results(group_id, tps)
+        if top != ErrorCode.none:
+            raise KafkaError(top, f"OffsetDelete {group_id}")
+        _check_all(((str(tp), code, None) for tp, code in results.items()), f"OffsetDelete {group_id}")
+
+    async def delete_group_offsets_results(self, group_id: str, tps: list[TopicPartition]
+                                           ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete's outcome without raising: (the request's error code, each
+        partition's), for tools that report per partition."""
         node = await self.client.coordinator(group_id)
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
@@ -269,15 +434,20 @@ class AsyncAdmin:
         body = {"group_id": group_id, "topics": [{"name": t, "partitions": [{"partition_index": p} for p in ps]}
                                                  for t, ps in by_topic.items()]}
         resp = await self.client.send(node, Api.OFFSET_DELETE, body)
-        if resp.error_code != ErrorCode.none:
-            raise KafkaError(resp.error_code, f"OffsetDelete {group_id}")
-        _check_all(((f"{t.name}-{p.partition_index}", p.error_code, None) for t in resp.topics for p in t.partitions),
-                   f"OffsetDelete {group_id}")
+        results = {TopicPartition(t.name, int(p.partition_index)): ErrorCode(int(p.error_code))
+                   for t in resp.topics for p in t.partitions}
+        return ErrorCode(int(resp.error_code)), results
+
+    async def find_coordinator(self, group_id: str) -> BrokerInfo:
+        """The broker coordinating `group_id`."""
+        _, node_id = await self.client.coordinator(group_id)
+        return self.client.cluster.brokers[node_id]
 
     async def plan_offset_reset(self, group_id: str, tps: list[TopicPartition], *, to: str,
-                                value: int | None = None) -> dict[TopicPartition, int]:
+                                value: int | dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Target offsets for kafka-consumer-groups.sh's --to-earliest/--to-latest/--to-offset/
-        --to-datetime (value = ms)/--shift-by (value = delta), clamped to the log's range."""
+        --to-datetime (value = ms)/--shift-by (value = delta), clamped to the log's range.
+        For "offset", value may also map each partition to its own offset (--from-file)."""
         earliest = {tp: ot.offset for tp, ot in (await O.list_offsets(self.client, {tp: O.EARLIEST for tp in tps})).items()}
         latest = {tp: ot.offset for tp, ot in (await O.list_offsets(self.client, {tp: O.LATEST for tp in tps})).items()}
         if to == "earliest":
@@ -285,7 +455,7 @@ class AsyncAdmin:
         elif to == "latest":
             target = latest
         elif to == "offset":
-            target = {tp: value for tp in tps}
+            target = {tp: (value[tp] if isinstance(value, dict) else value) for tp in tps}
         elif to == "datetime":
             found = await O.list_offsets(self.client, {tp: int(value) for tp in tps})
             target = {tp: (found[tp].offset if found[tp].offset >= 0 else latest[tp]) for tp in tps}

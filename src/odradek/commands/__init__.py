@@ -104,10 +104,11 @@ def resolve_partitions(admin: Admin, specs: Iterable[tuple[str, list[int] | None
     return sorted(set(out))
 
 
-def open_admin(args: argparse.Namespace) -> Admin:
+def open_admin(args: argparse.Namespace, **config) -> Admin:
+    """An admin client for `--bootstrap-server`; `config` overrides AsyncAdmin's keywords."""
     from odradek.client import Admin
 
-    return Admin(args.bootstrap_server, client_id="odradek-cli")
+    return Admin(args.bootstrap_server, **{"client_id": "odradek-cli", **config})
 
 
 def format_tps(tps: Iterable[TopicPartition] | None) -> str:

@@ -16,7 +16,7 @@ anyway.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+from datetime import UTC, datetime
 
 from . import (
     CommandError,
@@ -65,9 +65,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
     to.add_argument("--to-offset", type=non_negative, metavar="N")
-    to.add_argument("--to-datetime", type=_datetime_ms, metavar="ISO",
-                    help="first offset at or after this time (YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]; local time "
-                         "without an offset)")
+    to.add_argument("--to-datetime", type=datetime_ms, metavar="ISO",
+                    help="first offset at or after this time (YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]; UTC without an "
+                         "offset, as in Kafka)")
     to.add_argument("--shift-by", type=int, metavar="N", help="move each committed offset by N (may be negative)")
     r.add_argument("--execute", action="store_true", help="commit the plan (without it: only print it)")
     r.set_defaults(func=_reset_offsets, parser=r)
@@ -89,14 +89,22 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     mm.set_defaults(func=_remove_members)
 
 
-def _datetime_ms(value: str) -> int:
+def datetime_ms(value: str) -> int:
+    """argparse type for --to-datetime: epoch milliseconds."""
     try:
         dt = datetime.fromisoformat(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM], got {value!r}") from None
     if dt.tzinfo is None:
-        dt = dt.astimezone()  # kafka-consumer-groups.sh reads a bare time as local time
+        # Kafka's Utils.getDateTime appends "Z" to a time without a zone: it is UTC.
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
+
+
+def group_exists(admin, d) -> bool:
+    """DescribeGroups below v6 answers an unknown group with state Dead and no error;
+    a group that only has committed offsets (a "simple" group) still exists."""
+    return not (d.state.lower() == "dead" and not d.members and not admin.list_group_offsets(d.group_id))
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -117,9 +125,7 @@ def _describe_checked(admin, group_ids: list[str], want_type: str | None) -> dic
     descs = admin.describe_groups(group_ids)
     for gid in group_ids:
         d = descs[gid]
-        # DescribeGroups below v6 answers an unknown group with state Dead and no error;
-        # a group that only has committed offsets (a "simple" group) still exists.
-        if d.state.lower() == "dead" and not d.members and not admin.list_group_offsets(gid):
+        if not group_exists(admin, d):
             raise KafkaError(ErrorCode.group_id_not_found, f"consumer group '{gid}' does not exist")
         if want_type is not None and d.type != want_type:
             raise KafkaError(ErrorCode.group_id_not_found, f"group '{gid}' is a {d.type} group, not a {want_type} group")

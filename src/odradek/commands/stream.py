@@ -13,17 +13,25 @@ partition, offset and key, joined by the key separator; null key or value print 
 group and commits what it printed when it stops; without one it assigns every
 partition itself rather than joining a made-up group as Kafka's tool does, so a
 one-off look at a topic leaves no group behind.
+
+The pieces Kafka's own tools are made of live here and serve kafka-console-producer
+and kafka-console-consumer too (commands.kafka_scripts.console): `LineReader` is
+Kafka's LineMessageReader (key, headers, null marker), `send_lines` the delivery loop,
+`RecordFormatter` Kafka's DefaultMessageFormatter, `run_consumer` the consume loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import non_negative, note, open_admin, positive
 
@@ -117,6 +125,129 @@ class _Tally:
             self.errors[message] += 1
 
 
+class LineError(Exception):
+    """A line LineReader cannot split: `what` is missing ("key separator", ...)."""
+
+    def __init__(self, lineno: int, line: bytes, what: str, separator: bytes, message: str | None = None) -> None:
+        super().__init__(message or f"No {what} found on line number {lineno}: '{line.decode(errors='replace')}'")
+        self.lineno, self.line, self.what, self.separator = lineno, line, what, separator
+
+
+@dataclass
+class LineReader:
+    """Kafka's LineMessageReader on bytes: `[headers DELIM][key SEP]value` per line,
+    headers `k:v` pairs split by the headers.separator regex; a field equal to the
+    null marker is null. ignore_error: a missing separator leaves that part out."""
+
+    parse_key: bool = False
+    key_separator: bytes = b"\t"
+    parse_headers: bool = False
+    headers_delimiter: bytes = b"\t"
+    headers_separator: bytes = b","
+    headers_key_separator: bytes = b":"
+    ignore_error: bool = False
+    null_marker: bytes | None = None
+
+    def __post_init__(self) -> None:
+        seps = {"headers.delimiter": self.headers_delimiter, "headers.separator": self.headers_separator,
+                "headers.key.separator": self.headers_key_separator}
+        names = list(seps)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if seps[a] == seps[b]:
+                    raise ValueError(f"{a} and {b} may not be equal")
+        if self.null_marker is not None:
+            for name, sep in {"key.separator": self.key_separator, **seps}.items():
+                if sep == self.null_marker:
+                    raise ValueError(f"null.marker and {name} may not be equal")
+        self._headers_split = re.compile(self.headers_separator)
+
+    def _part(self, enabled: bool, line: bytes, start: int, sep: bytes, what: str, lineno: int) -> bytes | None:
+        if not enabled:
+            return None
+        i = line.find(sep, start)
+        if i < 0:
+            if self.ignore_error:
+                return None
+            raise LineError(lineno, line, what, sep)
+        return line[start:i]
+
+    def _null(self, field: bytes | None) -> bytes | None:
+        return None if field is None or field == self.null_marker else field
+
+    def parse(self, line: bytes, lineno: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+        """(key, value, headers) for one line (its line break already removed)."""
+        headers = self._part(self.parse_headers, line, 0, self.headers_delimiter, "headers delimiter", lineno)
+        start = 0 if headers is None else len(headers) + len(self.headers_delimiter)
+        key = self._part(self.parse_key, line, start, self.key_separator, "key separator", lineno)
+        value = line[start + (0 if key is None else len(key) + len(self.key_separator)):]
+        out: list[tuple[str, bytes | None]] = []
+        if headers is not None and headers != self.null_marker:
+            pairs = self._headers_split.split(headers)
+            while len(pairs) > 1 and not pairs[-1]:
+                pairs.pop()  # Java's String.split drops trailing empty strings
+            for pair in pairs:
+                hkey, found, hvalue = pair.partition(self.headers_key_separator)
+                if not found:
+                    if not self.ignore_error:
+                        raise LineError(lineno, line, "header key separator", self.headers_key_separator)
+                    out.append((pair.decode(errors="replace"), None))
+                    continue
+                if hkey == self.null_marker:
+                    raise LineError(lineno, line, "header key", self.headers_key_separator,
+                                    f"Header keys should not be equal to the null marker "
+                                    f"'{self.null_marker.decode(errors='replace')}' as they can't be null")
+                out.append((hkey.decode(errors="replace"), self._null(hvalue)))
+        return self._null(key), self._null(value), out
+
+
+def send_lines(producer, topic: str, reader: LineReader, *, partition: int | None = None,
+               stop_at_bad_line: bool, bad_line_text: Callable[[LineError], str] = str, sync: bool = False,
+               prompt: bool = False) -> _Tally:
+    """Send one record per stdin line (the line break stripped, as Java's readLine does)
+    and wait for them all. A line the reader cannot split is an error, and the input
+    stops there if `stop_at_bad_line`; Ctrl-C ends the input, and what was read is still
+    delivered. Closes the producer."""
+    tally = _Tally()
+    try:
+        for lineno, raw in enumerate(_lines(prompt), 1):
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            try:
+                key, value, headers = reader.parse(line, lineno)
+            except LineError as exc:
+                tally.fail(bad_line_text(exc))
+                if stop_at_bad_line:
+                    break
+                continue
+            tally.sending()
+            fut = producer.send(topic, value, key, partition=partition, headers=headers or None)
+            fut.add_done_callback(tally.done)
+            if sync:
+                fut.exception()  # one record at a time (kafka-console-producer.sh --sync)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        producer.flush()  # bounded by the producer's delivery timeout
+        producer.close()
+    return tally
+
+
+def _lines(prompt: bool):
+    """stdin's lines as bytes; with `prompt`, Kafka's ">" before each (a terminal on both ends)."""
+    if not prompt:
+        yield from sys.stdin.buffer
+        return
+    while True:
+        sys.stdout.write(">")
+        sys.stdout.flush()
+        raw = sys.stdin.buffer.readline()
+        if not raw:
+            return
+        yield raw
+
+
 def _produce(args: argparse.Namespace) -> int:
     from kio.schema.errors import ErrorCode
 
@@ -129,29 +260,16 @@ def _produce(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition not in info.partitions:
         raise KafkaError(ErrorCode.unknown_topic_or_partition,
                          f"{args.topic} has {len(info.partitions)} partition(s), no partition {args.partition}")
-    sep = args.key_separator.encode() if args.key_separator is not None else None
+    reader = LineReader()
+    if args.key_separator is not None:
+        reader = LineReader(parse_key=True, key_separator=args.key_separator.encode())
     config = {} if args.linger_ms is None else {"linger_ms": args.linger_ms}
-    tally = _Tally()
     producer = Producer(args.bootstrap_server, acks=args.acks, compression_type=args.compression,
                         client_id="odradek-console-producer", **config)
-    try:
-        for lineno, raw in enumerate(sys.stdin.buffer, 1):
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            key = None
-            if sep is not None:
-                key, found, line = line.partition(sep)
-                if not found:
-                    tally.fail(f"line {lineno}: no key separator {args.key_separator!r}")
-                    continue
-            tally.sending()
-            producer.send(args.topic, line, key, partition=args.partition).add_done_callback(tally.done)
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends the input; what was read is still delivered
-    finally:
-        producer.flush()  # bounded by the producer's delivery timeout
-        producer.close()
+
+    # A bad line is a failed record: the rest is still sent, the exit status says so.
+    tally = send_lines(producer, args.topic, reader, partition=args.partition, stop_at_bad_line=False,
+                       bad_line_text=lambda e: f"line {e.lineno}: no {e.what} {e.separator.decode(errors='replace')!r}")
     failed = sum(tally.errors.values())
     for message, n in sorted(tally.errors.items()):
         print(f"odradek: error: {message}" + (f" ({n} records)" if n > 1 else ""), file=sys.stderr)
@@ -162,23 +280,47 @@ def _produce(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- consume
 
 
-def _formatter(args: argparse.Namespace):
-    sep = args.key_separator.encode()
+@dataclass
+class RecordFormatter:
+    """Kafka's DefaultMessageFormatter: the chosen fields in its order, joined by the key
+    separator, then the line separator; a null key, value or header value prints as
+    the null literal. The decoders stand for Kafka's deserializers (bytes -> bytes)."""
 
-    def fmt(r) -> bytes:
+    print_timestamp: bool = False
+    print_partition: bool = False
+    print_offset: bool = False
+    print_headers: bool = False
+    print_key: bool = False
+    print_value: bool = True
+    key_separator: bytes = b"\t"
+    line_separator: bytes = b"\n"
+    headers_separator: bytes = b","
+    null_literal: bytes = b"null"
+    key_decoder: Callable[[bytes], bytes] | None = None
+    value_decoder: Callable[[bytes], bytes] | None = None
+    header_decoder: Callable[[bytes], bytes] | None = None
+
+    def _field(self, data: bytes | None, decoder) -> bytes:
+        data = self.null_literal if data is None else data
+        return data if decoder is None else decoder(data)
+
+    def __call__(self, r) -> bytes:
         fields = []
-        if args.print_timestamp:
+        if self.print_timestamp:
             kind = "CreateTime" if r.timestamp_type == 0 else "LogAppendTime"
             fields.append(b"NO_TIMESTAMP" if r.timestamp < 0 else f"{kind}:{r.timestamp}".encode())
-        if args.print_partition:
+        if self.print_partition:
             fields.append(f"Partition:{r.partition}".encode())
-        if args.print_offset:
+        if self.print_offset:
             fields.append(f"Offset:{r.offset}".encode())
-        if args.print_key:
-            fields.append(b"null" if r.key is None else r.key)
-        fields.append(b"null" if r.value is None else r.value)
-        return sep.join(fields) + b"\n"
-    return fmt
+        if self.print_headers:
+            fields.append(self.headers_separator.join(k.encode() + b":" + self._field(v, self.header_decoder)
+                                                      for k, v in r.headers) if r.headers else b"NO_HEADERS")
+        if self.print_key:
+            fields.append(self._field(r.key, self.key_decoder))
+        if self.print_value:
+            fields.append(self._field(r.value, self.value_decoder))
+        return self.key_separator.join(fields) + self.line_separator if fields else b""
 
 
 def _terminate(signum, frame) -> None:
@@ -188,48 +330,72 @@ def _terminate(signum, frame) -> None:
 def _consume(args: argparse.Namespace) -> int:
     from kio.schema.errors import ErrorCode
 
-    from odradek.client import Consumer, KafkaError, TopicPartition
+    from odradek.client import KafkaError, TopicPartition
 
     if args.offset is not None and args.partition is None:
         args.parser.error("--offset needs --partition")
     # A missing topic is an error here, not an endless wait for it to appear.
     with open_admin(args) as admin:
         tps = admin.partitions_of([args.topic])
-    tp = None
-    if args.partition is not None:
-        tp = TopicPartition(args.topic, args.partition)
-        if tp not in tps:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                             f"{args.topic} has {len(tps)} partition(s), no partition {args.partition}")
-    reset = "earliest" if args.from_beginning else "latest"
-    consumer = Consumer(args.bootstrap_server, group_id=args.group, group_protocol=args.group_protocol,
-                        auto_offset_reset=reset, enable_auto_commit=args.group is not None,
-                        client_id="odradek-console-consumer")
+    if args.partition is not None and TopicPartition(args.topic, args.partition) not in tps:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                         f"{args.topic} has {len(tps)} partition(s), no partition {args.partition}")
+    fmt = RecordFormatter(print_timestamp=args.print_timestamp, print_partition=args.print_partition,
+                          print_offset=args.print_offset, print_key=args.print_key,
+                          key_separator=args.key_separator.encode())
+    config = {"group_id": args.group, "group_protocol": args.group_protocol,
+              "enable_auto_commit": args.group is not None, "client_id": "odradek-console-consumer"}
+    return run_consumer(args.bootstrap_server, tps, config, fmt, from_beginning=args.from_beginning,
+                        partition=args.partition, offset=args.offset, max_messages=args.max_messages,
+                        timeout_ms=args.timeout_ms, summary=lambda n: note(f"Processed a total of {n} messages"))
+
+
+def run_consumer(bootstrap: str, tps: list, config: dict, fmt: Callable, *, from_beginning: bool = False,
+                 partition: int | None = None, offset: str | int | None = None, pattern: str | None = None,
+                 max_messages: int | None = None, timeout_ms: int | None = None,
+                 summary: Callable[[int], None]) -> int:
+    """Print records of `tps` (the partitions of the topics to read) on stdout.
+
+    With `partition`, that partition of the (one) topic is assigned and read from
+    `offset` (earliest, latest or a number; default: the end, or the beginning with
+    `from_beginning`); else with a group_id in `config` the consumer subscribes to the
+    topics (or to `pattern`); else it assigns every partition in `tps`. `config` holds
+    Consumer keywords; auto_offset_reset defaults from `from_beginning`. `summary(n)`
+    reports the count at the end, however it ends."""
+    from odradek.client import Consumer, TopicPartition
+
+    config = {"auto_offset_reset": "earliest" if from_beginning else "latest", **config}
+    consumer = Consumer(bootstrap, **config)
     signal.signal(signal.SIGTERM, _terminate)
     count = [0]
     try:
-        if tp is not None:
+        tp = None
+        if partition is not None:
             # As kafka-console-consumer.sh: an explicit partition starts at an explicit
             # place (--offset, else the end, or the beginning with --from-beginning).
+            tp = TopicPartition(tps[0].topic, partition)
             consumer.assign([tp])
-            start = reset if args.offset is None else args.offset
+            start = ("earliest" if from_beginning else "latest") if offset is None else offset
             if start == "earliest":
                 consumer.seek_to_beginning([tp])
             elif start == "latest":
                 consumer.seek_to_end([tp])
             else:
                 consumer.seek(tp, start)
-        elif args.group is not None:
-            consumer.subscribe([args.topic])
+        elif config.get("group_id") is not None:
+            if pattern is not None:
+                consumer.subscribe(pattern=pattern)
+            else:
+                consumer.subscribe(sorted({t.topic for t in tps}))
         else:
             consumer.assign(tps)  # positions come from auto_offset_reset
-        if args.group is None or tp is not None:
+        if tp is not None or config.get("group_id") is None:
             # Load the partitions' leaders before the first poll: with none known, the
             # client's poll starts a metadata refresh but does not wake when it lands, so
             # the first poll would sleep its whole timeout (enough to end a short
             # --timeout-ms with nothing printed). ListOffsets refreshes the topic's metadata.
             consumer.end_offsets([tp] if tp is not None else tps)
-        _poll_loop(consumer, args, count)
+        _poll_loop(consumer, fmt, max_messages, timeout_ms, count)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
@@ -238,19 +404,18 @@ def _consume(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         try:
-            consumer.close()  # commits what was printed (with --group) and leaves the group
+            consumer.close()  # commits what was printed (with a group) and leaves the group
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            note(f"Processed a total of {count[0]} messages")
+            summary(count[0])
     return 0
 
 
-def _poll_loop(consumer, args: argparse.Namespace, count: list[int]) -> None:
+def _poll_loop(consumer, fmt: Callable, max_messages: int | None, timeout_ms: int | None, count: list[int]) -> None:
     out = sys.stdout.buffer
-    fmt = _formatter(args)
-    idle_limit = None if args.timeout_ms is None else args.timeout_ms / 1000
+    idle_limit = None if timeout_ms is None else timeout_ms / 1000
     last = time.monotonic()
-    while args.max_messages is None or count[0] < args.max_messages:
+    while max_messages is None or count[0] < max_messages:
         wait = 1.0  # bounded, so --timeout-ms and signals are noticed promptly
         if idle_limit is not None:
             wait = max(0.0, min(wait, idle_limit - (time.monotonic() - last)))
@@ -258,7 +423,7 @@ def _poll_loop(consumer, args: argparse.Namespace, count: list[int]) -> None:
         # facade), which would otherwise cap throughput at ~50k records/s. And never more
         # than --max-messages still allows: the consumer's position (what it commits) must
         # not run ahead of what was printed.
-        want = POLL_BATCH if args.max_messages is None else min(POLL_BATCH, args.max_messages - count[0])
+        want = POLL_BATCH if max_messages is None else min(POLL_BATCH, max_messages - count[0])
         records = consumer.poll(wait * 1000, max_records=want)
         if records:
             last = time.monotonic()
@@ -267,4 +432,3 @@ def _poll_loop(consumer, args: argparse.Namespace, count: list[int]) -> None:
             count[0] += len(records)
         elif idle_limit is not None and time.monotonic() - last >= idle_limit:
             return
-
