@@ -75,14 +75,19 @@ def ck_consume_all(bootstrap: str, topic: str, n: int) -> list:
         consumer.close()
 
 
-async def check_codec_on_broker(bootstrap: str, topic: str, codec: str, n: int, *, allowed=None) -> None:
-    """All `n` records are on the broker, in batches compressed with `codec` (or one of `allowed`)."""
-    total = 0
+async def check_codec_on_broker(bootstrap: str, topic: str, codec: str, n: int, *, allowed=None,
+                                mostly=None) -> None:
+    """All `n` records are on the broker, in batches compressed with `codec` (or one of
+    `allowed`; with `mostly`, more than half of the records are in batches of that codec)."""
+    total = in_mostly = 0
     for p in range(PARTITIONS):
         batches = await raw_batches(bootstrap, topic, p)
         assert {b.compression for b in batches} <= (allowed or {CODECS[codec]}), [b.compression for b in batches]
         total += sum(len(b.records) for b in batches)
+        in_mostly += sum(len(b.records) for b in batches if b.compression == mostly)
     assert total == n
+    if mostly is not None:
+        assert in_mostly > n // 2, (in_mostly, n)
 
 
 # --------------------------------------------------------------------------- odradek -> librdkafka, kcat
@@ -159,7 +164,11 @@ def test_librdkafka_produces_odradek_reads(broker, topic_name, codec):
     assert errors == [] and len(delivered) == N
 
     async def check():
-        await check_codec_on_broker(broker.bootstrap, topic_name, codec, N)
+        # librdkafka sends a batch uncompressed when compressing it would make it larger
+        # (rd_kafka_msgset_writer_compress): a small batch, as a loaded machine's linger
+        # can cut, may arrive as codec 0. Most batches must still carry the codec.
+        await check_codec_on_broker(broker.bootstrap, topic_name, codec, N, allowed={CODECS[codec], 0},
+                                    mostly=CODECS[codec])
         return await consume_all(broker.bootstrap, topic_name, PARTITIONS, N)
 
     got = {(r.partition, r.offset): r for r in arun(check())}
