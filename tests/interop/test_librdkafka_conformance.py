@@ -58,3 +58,28 @@ def test_describe_reports_authorized_operations(broker, topic_name):
                    AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
     cluster = adm.describe_cluster(include_authorized_operations=True).result(TIMEOUT)
     assert len(cluster.authorized_operations) == 7
+
+
+def test_keyless_records_to_a_compacted_topic_are_named_per_record(broker, topic_name):
+    # 0011 produce_batch "test_message_single_partition_record_fail": 100 records in one
+    # batch, every tenth keyless, to a compacted topic: librdkafka expects INVALID_RECORD for
+    # the 10 that Kafka names in record_errors (KIP-467) and _INVALID_DIFFERENT_RECORD for
+    # the 90 that failed only because their batch did.
+    from confluent_kafka import KafkaError
+
+    adm = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = adm.create_topics([NewTopic(topic_name, 1, 1, config={"cleanup.policy": "compact"})])[topic_name]
+    assert fut.result(TIMEOUT) is None
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000, "batch.num.messages": 1000,
+                  "enable.idempotence": False, "retries": 0})
+    codes: dict[int, int] = {}
+
+    def report(i):
+        return lambda err, msg: codes.__setitem__(i, err.code() if err else 0)
+
+    for i in range(100):
+        p.produce(topic_name, value=b"v%d" % i, key=None if i % 10 == 0 else b"k%d" % i, partition=0,
+                  on_delivery=report(i))
+    assert p.flush(TIMEOUT) == 0
+    assert sorted(i for i, c in codes.items() if c == KafkaError.INVALID_RECORD) == list(range(0, 100, 10))
+    assert sum(1 for c in codes.values() if c == KafkaError._INVALID_DIFFERENT_RECORD) == 90
