@@ -103,6 +103,12 @@ class BrokerConfig:
     def dynamic_broker(self) -> dict[str, str]:
         return self.dynamic_configs.get(str(self.node_id)) or {}
 
+    def dynamic_levels(self) -> tuple[tuple[dict[str, str], int], ...]:
+        """The dynamic broker configs, highest precedence first, each with the ConfigSource
+        DescribeConfigs reports for it (Kafka's DynamicBrokerConfig: per-broker over the
+        cluster-wide default)."""
+        return ((self.dynamic_broker(), DYNAMIC_BROKER_CONFIG), (self.dynamic_default(), DYNAMIC_DEFAULT_BROKER_CONFIG))
+
     # --- topic defaults ----------------------------------------------------------------
 
     def log_default_synonyms(self, setting: TopicSetting) -> list[tuple[str, Any, int]]:
@@ -114,8 +120,7 @@ class BrokerConfig:
             return []
         key = setting.broker_key
         out: list[tuple[str, Any, int]] = []
-        for values, source in ((self.dynamic_broker(), DYNAMIC_BROKER_CONFIG),
-                               (self.dynamic_default(), DYNAMIC_DEFAULT_BROKER_CONFIG)):
+        for values, source in self.dynamic_levels():
             if key in values:
                 try:
                     out.append((key, setting.parse(values[key], name=key), source))

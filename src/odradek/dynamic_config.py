@@ -72,6 +72,7 @@ IGNORED_DYNAMIC: dict[str, ConfigKey] = dict([
     _k("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9),
     _k("log.cleaner.io.buffer.size", INT, 512 * 1024, at_least(0)),
     _k("log.cleaner.io.max.bytes.per.second", DOUBLE, 1.7976931348623157e308),
+    # ...except this one, which broker/maintenance.compaction re-reads every round
     _k("log.cleaner.backoff.ms", LONG, 15_000, at_least(0)),
     # metrics, producer state, socket server
     _k("metric.reporters", LIST, ""),
@@ -223,7 +224,9 @@ def effective_values(config) -> dict[str, Any]:
     resolves it now: per-broker dynamic, cluster default, static, built-in default."""
     defaults = config.topic_defaults()
     out: dict[str, Any] = {s.broker_key: defaults[s.name] for s in BY_BROKER_KEY.values()}
-    levels = (config.dynamic_broker(), config.dynamic_default(), config.extra)
+    # The static level is every key the broker reads (log.cleaner.backoff.ms among them)
+    # plus the unrecognised ones it keeps (config.extra): broker_configs() holds both.
+    levels = (*(values for values, _ in config.dynamic_levels()), config.broker_configs())
     for key, d in IGNORED_DYNAMIC.items():
         out[key] = d.default
         for values in levels:

@@ -33,6 +33,7 @@ import logging
 import os
 import time
 
+from ..dynamic_config import effective_values
 from ..log.checkpoint import write_checkpoint
 from ..log.errors import StorageError, storage_error
 
@@ -128,13 +129,7 @@ async def retention(broker, interval_ms: int) -> None:
 def cleaner_backoff_ms(broker) -> int:
     """log.cleaner.backoff.ms as the broker resolves it now: dynamic per-broker, dynamic
     cluster default, then the static configuration."""
-    config = broker.config
-    for values in (config.dynamic_broker(), config.dynamic_default()):
-        try:
-            return max(int(values["log.cleaner.backoff.ms"]), 0)
-        except (KeyError, ValueError):
-            continue
-    return config.cleaner_backoff_ms
+    return effective_values(broker.config)["log.cleaner.backoff.ms"]
 
 
 async def compact_once(broker) -> int:

@@ -23,7 +23,6 @@ from typing import Any
 from ...config import (
     CLUSTER_DEFAULT,
     DEFAULT_CONFIG,
-    DYNAMIC_BROKER_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
@@ -137,8 +136,7 @@ def _broker_synonyms(broker, key: str, static: dict[str, str], statics: set[str]
     if setting is not None:
         return [_synonym(n, setting.to_string(v), s) for n, v, s in config.log_default_synonyms(setting)]
     out = []
-    for values, source in ((config.dynamic_broker(), DYNAMIC_BROKER_CONFIG),
-                           (config.dynamic_default(), DYNAMIC_DEFAULT_BROKER_CONFIG)):
+    for values, source in config.dynamic_levels():
         if key in values:
             d = key_def(key)
             shown = values[key]
