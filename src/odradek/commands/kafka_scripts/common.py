@@ -195,6 +195,12 @@ def client_config(props: dict[str, str], kind: str, *, tool: str) -> dict[str, o
     return out
 
 
+def admin_config(args, *, tool: str) -> dict[str, object]:
+    """The admin client keywords a tool's `--command-config` file asks for ({} without one)."""
+    props = load_properties(args.command_config) if args.command_config else {}
+    return client_config(props, "admin", tool=tool)
+
+
 # ---------------------------------------------------------------------- errors
 
 # Kafka's default messages (org.apache.kafka.common.protocol.Errors) for a response that

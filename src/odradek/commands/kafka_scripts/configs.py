@@ -24,8 +24,8 @@ from .. import open_admin
 from .common import (
     KafkaParser,
     ToolError,
+    admin_config,
     bootstrap_option,
-    client_config,
     exception_line,
     load_properties,
 )
@@ -166,8 +166,7 @@ def run(argv: list[str]) -> int:
         etype, name = _check(p, args)
         adds = _configs_to_add(args) if args.alter else {}
         deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
-        props = load_properties(args.command_config) if args.command_config else {}
-        config = client_config(props, "admin", tool=TOOL)
+        config = admin_config(args, tool=TOOL)
     except ToolError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -25,11 +25,10 @@ from ..groups import datetime_ms, group_exists
 from .common import (
     KafkaParser,
     ToolError,
+    admin_config,
     bootstrap_option,
-    client_config,
     exception_line,
     given,
-    load_properties,
 )
 
 TOOL = "kafka-consumer-groups.sh"
@@ -140,8 +139,7 @@ def run(argv: list[str]) -> int:
     from odradek.client import KafkaError
 
     try:
-        props = load_properties(args.command_config) if args.command_config else {}
-        config = client_config(props, "admin", tool=TOOL)
+        config = admin_config(args, tool=TOOL)
         if args.timeout is not None:
             config["request_timeout_ms"] = args.timeout
         with open_admin(args, **{"client_id": "odradek-kafka-consumer-groups", **config}) as admin:

@@ -20,10 +20,9 @@ from .common import (
     KafkaParser,
     ToolError,
     TopicFilter,
+    admin_config,
     bootstrap_option,
-    client_config,
     error_text,
-    load_properties,
 )
 
 TOOL = "kafka-topics.sh"
@@ -129,8 +128,7 @@ def run(argv: list[str]) -> int:
     args = p.parse_args(argv)
     action = _check(p, args)
     try:
-        props = load_properties(args.command_config) if args.command_config else {}
-        config = client_config(props, "admin", tool=TOOL)
+        config = admin_config(args, tool=TOOL)
         with open_admin(args, **{"client_id": "odradek-kafka-topics", **config}) as admin:
             HANDLERS[action](admin, args)
     except (KafkaError, ToolError) as exc:
