@@ -99,7 +99,7 @@ def cleanable(plog: PartitionLog, now_ms: int) -> Cleanable:
     clean_bytes = sum(s.size for s in segments if s.base_offset < floor)
     cleanable_bytes = sum(s.size for s in dirty if s.base_offset < uncleanable)
     max_lag = max(int(plog.config["max.compaction.lag.ms"]), 0)
-    firsts = [t for s in dirty if (t := getattr(s, "first_batch_timestamp", None)) is not None and t > 0]
+    firsts = [t for s in dirty if (t := s.first_batch_timestamp) is not None and t > 0]
     clean_until = now_ms - max_lag
     delay = clean_until - min(firsts) if firsts and min(firsts) < clean_until else 0
     return Cleanable(floor, uncleanable, clean_bytes, cleanable_bytes, delay)

@@ -322,7 +322,7 @@ class PartitionLog:
         """Kafka's LogConfig.maxSegmentMs: a compacted log also rolls at max.compaction.lag.ms,
         or its active segment (never cleaned) would hold records past that lag forever."""
         segment_ms = int(self.config["segment.ms"])
-        lag = int(self.config.get("max.compaction.lag.ms", 0) or 0)
+        lag = int(self.config["max.compaction.lag.ms"])
         if "compact" in self.config["cleanup.policy"] and lag > 0:
             return min(lag, segment_ms)
         return segment_ms
