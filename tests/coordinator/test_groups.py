@@ -7,13 +7,13 @@ import pytest
 
 from odradek.coordinator import records as R
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.errors import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NONE
 from odradek.coordinator.groups import (
     delete_group,
     describe_classic_group,
     describe_consumer_group,
     listed_groups,
 )
+from odradek.protocol.errors import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NONE
 from tests.coordinator.harness import BAR, FOO, Coord
 
 TOPICS = (("foo", FOO, 3), ("bar", BAR, 2))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from odradek.coordinator import records as R
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.errors import (
+from odradek.coordinator.offsets import (
+    CommitPartition,
+    CommitRequest,
+    commit,
+    delete,
+    fetch_group,
+)
+from odradek.protocol.errors import (
     GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC,
     ILLEGAL_GENERATION,
@@ -13,13 +20,6 @@ from odradek.coordinator.errors import (
     STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
     UNSUPPORTED_VERSION,
-)
-from odradek.coordinator.offsets import (
-    CommitPartition,
-    CommitRequest,
-    commit,
-    delete,
-    fetch_group,
 )
 from tests.coordinator.harness import FOO, Coord
 

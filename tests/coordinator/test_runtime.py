@@ -9,7 +9,6 @@ import pytest
 
 from odradek.coordinator import records as R
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.errors import NONE
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit
 from odradek.coordinator.runtime import (
@@ -18,6 +17,7 @@ from odradek.coordinator.runtime import (
     partition_for,
 )
 from odradek.coordinator.shard import Result
+from odradek.protocol.errors import NONE
 from tests.coordinator.harness import BAR, FOO, Coord
 
 # --- partition_for: Kafka's Utils.abs(groupId.hashCode()) % n ------------------------------------

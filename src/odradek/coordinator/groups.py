@@ -9,10 +9,10 @@ filters on type and state case-insensitively (KIP-848 "ListGroups API", KIP-518)
 
 from __future__ import annotations
 
+from ..protocol.errors import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NONE
 from .classic.model import ClassicState
 from .consumer.assignment import preferred_assignor
 from .consumer.model import ConsumerGroup, GroupState
-from .errors import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NONE
 from .offsets import delete_group_records
 from .shard import Result, Shard
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, CoordinatorError
+from ..protocol.errors import FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID
+from .errors import CoordinatorError
 
 
 def known_member(group: Any, member_id: str, instance_id: str | None) -> Any:

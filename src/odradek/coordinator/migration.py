@@ -35,6 +35,16 @@ Theory of operation:
 
 from __future__ import annotations
 
+from ..protocol.errors import (
+    FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
+    INCONSISTENT_GROUP_PROTOCOL,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
+)
 from . import records as R
 from .classic.join import JoinRequest
 from .classic.leave import LeaveIdentity
@@ -64,17 +74,7 @@ from .consumer_protocol import (
     encode_assignment,
     metadata_version,
 )
-from .errors import (
-    FENCED_INSTANCE_ID,
-    GROUP_ID_NOT_FOUND,
-    INCONSISTENT_GROUP_PROTOCOL,
-    MEMBER_ID_REQUIRED,
-    NONE,
-    REBALANCE_IN_PROGRESS,
-    UNKNOWN_MEMBER_ID,
-    UNRELEASED_INSTANCE_ID,
-    CoordinatorError,
-)
+from .errors import CoordinatorError
 from .members import known_member
 from .records import RecordError
 from .shard import Result, Shard, Then

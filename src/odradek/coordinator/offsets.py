@@ -23,12 +23,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from . import records as R
-from .classic.model import ClassicGroup, ClassicState
-from .classic.sync import check_member
-from .consumer.model import ConsumerGroup, ConsumerMember
-from .consumer_protocol import decode_subscription
-from .errors import (
+from ..protocol.errors import (
     GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC,
     ILLEGAL_GENERATION,
@@ -39,8 +34,13 @@ from .errors import (
     STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
     UNSUPPORTED_VERSION,
-    CoordinatorError,
 )
+from . import records as R
+from .classic.model import ClassicGroup, ClassicState
+from .classic.sync import check_member
+from .consumer.model import ConsumerGroup, ConsumerMember
+from .consumer_protocol import decode_subscription
+from .errors import CoordinatorError
 from .records import RecordError
 from .shard import Result, Shard
 

@@ -7,13 +7,13 @@ advance, restart), so the tests stay sans-I/O and in-memory.
 from __future__ import annotations
 
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.errors import MEMBER_ID_REQUIRED, NONE
 from odradek.coordinator.groups import (
     delete_group,
     describe_classic_group,
     listed_groups,
 )
 from odradek.coordinator.offsets import expire_offsets
+from odradek.protocol.errors import MEMBER_ID_REQUIRED, NONE
 from tests.coordinator.harness import Coord
 
 DELAY = 3_000  # CoordinatorConfig.initial_rebalance_delay_ms default

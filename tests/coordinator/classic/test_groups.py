@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from odradek.coordinator.errors import NONE
+from odradek.protocol.errors import NONE
 from tests.coordinator.classic.helpers import describe, form, listed, state
 from tests.coordinator.harness import Coord
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from odradek.coordinator.classic.model import ClassicState
-from odradek.coordinator.errors import (
+from odradek.protocol.errors import (
     FENCED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED,
     INCONSISTENT_GROUP_PROTOCOL,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from odradek.coordinator.errors import (
+from odradek.protocol.errors import (
     FENCED_INSTANCE_ID,
     NONE,
     REBALANCE_IN_PROGRESS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.coordinator.errors import (
+from odradek.protocol.errors import (
     FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
     NONE,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from odradek.coordinator import records as R
-from odradek.coordinator.errors import (
+from odradek.protocol.errors import (
     FENCED_INSTANCE_ID,
     GROUP_ID_NOT_FOUND,
     ILLEGAL_GENERATION,

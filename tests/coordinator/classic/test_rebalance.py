@@ -3,7 +3,7 @@ the rebalance and session timeouts, the pending-sync timeout, and emptying."""
 
 from __future__ import annotations
 
-from odradek.coordinator.errors import NONE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID
+from odradek.protocol.errors import NONE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID
 from tests.coordinator.classic.helpers import (
     DELAY,
     cfg,

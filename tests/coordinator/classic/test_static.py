@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.coordinator.errors import FENCED_INSTANCE_ID, NONE, REBALANCE_IN_PROGRESS
+from odradek.protocol.errors import FENCED_INSTANCE_ID, NONE, REBALANCE_IN_PROGRESS
 from tests.coordinator.classic.helpers import (
     classic_records,
     code,

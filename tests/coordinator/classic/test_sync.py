@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.coordinator.errors import (
+from odradek.protocol.errors import (
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
     NONE,

@@ -9,7 +9,7 @@ import pytest
 
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.consumer.regex import REGEX_BATCH_REFRESH_MIN_INTERVAL_MS
-from odradek.coordinator.errors import (
+from odradek.protocol.errors import (
     FENCED_INSTANCE_ID,
     FENCED_MEMBER_EPOCH,
     GROUP_ID_NOT_FOUND,

@@ -41,7 +41,7 @@ from ...dynamic_config import (
     validate_broker_configs,
 )
 from ...log.errors import StorageError
-from ..errors import (
+from ...protocol.errors import (
     INVALID_CONFIG,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ...protocol.errors import INVALID_REQUEST, NONE, UNSUPPORTED_VERSION
 from ...protocol.messages import build, encode_entity, response_class
-from ..errors import INVALID_REQUEST, NONE, UNSUPPORTED_VERSION
 from ..registry import api
 
 # KIP-511: client software name and version must match this (Kafka's ApiVersionsRequest.isValid).

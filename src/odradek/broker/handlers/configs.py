@@ -41,7 +41,7 @@ from ...configdef import (
 from ...coordinator.config import GROUP_CONFIG_KEYS
 from ...dynamic_config import IGNORED_DYNAMIC, is_dynamic, key_def
 from ...log_config import BY_BROKER_KEY
-from ..errors import INVALID_REQUEST, NONE, UNKNOWN_TOPIC_OR_PARTITION
+from ...protocol.errors import INVALID_REQUEST, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from ..registry import api
 
 TOPIC = 2

@@ -7,8 +7,8 @@ protocol decisions are in `odradek.coordinator.consumer`.
 from __future__ import annotations
 
 from ...coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
-from ...coordinator.errors import INVALID_REQUEST
 from ...coordinator.groups import describe_consumer_group
+from ...protocol.errors import INVALID_REQUEST
 from ..registry import api
 from .groups import with_group_operations
 

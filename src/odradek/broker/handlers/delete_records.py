@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from ...log.errors import StorageError
 from ...log.partition import OffsetOutOfRange
-from ..errors import (
+from ...protocol.errors import (
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
     NONE,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import NONE
-from ..registry import api
+from ...protocol.errors import NONE
 from ...security.operations import authorized_operations
+from ..registry import api
 
 BROKERS_ENDPOINT = 1
 UNSUPPORTED_ENDPOINT_TYPE = 115

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from ...log.errors import CorruptBatch, StorageError
 from ...log.partition import OffsetOutOfRange
-from ..errors import (
+from ...protocol.errors import (
     CORRUPT_MESSAGE,
     FETCH_SESSION_ID_NOT_FOUND,
     KAFKA_STORAGE_ERROR,

@@ -7,7 +7,11 @@ keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as InitProducerId
 
 from __future__ import annotations
 
-from ..errors import INVALID_REQUEST, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+from ...protocol.errors import (
+    INVALID_REQUEST,
+    NONE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+)
 from ..registry import api
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1

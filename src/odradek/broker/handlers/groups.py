@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ...coordinator.groups import delete_group, describe_classic_group, listed_groups
+from ...protocol.errors import NONE
 from ...security.operations import authorized_operations
-from ..errors import NONE
 from ..registry import api
 
 

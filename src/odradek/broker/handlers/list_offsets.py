@@ -6,8 +6,13 @@ UnifiedLog.fetchOffsetByTimestamp answers EARLIEST_TIMESTAMP."""
 from __future__ import annotations
 
 from ...log.errors import CorruptBatch, StorageError
+from ...protocol.errors import (
+    CORRUPT_MESSAGE,
+    KAFKA_STORAGE_ERROR,
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ...records.codec import CodecError, decode_batches
-from ..errors import CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from ..registry import api
 
 LATEST = -1

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from ...cluster.names import InvalidTopicName, validate_topic_name
-from ..errors import (
+from ...protocol.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -17,6 +17,7 @@ from ..errors import (
 from ...security.operations import NOT_REQUESTED as NO_OPS
 from ...security.operations import authorized_operations
 from ..registry import api
+
 ZERO_UUID = uuid.UUID(int=0)
 
 

@@ -8,7 +8,11 @@ topic name in `__consumer_offsets`, as in Kafka. The fencing rules are in
 from __future__ import annotations
 
 from ...coordinator import offsets as O
-from ..errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from ...protocol.errors import (
+    INVALID_REQUEST,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from ..registry import api
 
 

@@ -8,19 +8,19 @@ from kio.schema.errors import ErrorCode
 
 from ...log.errors import StorageError
 from ...log.producer_state import SequenceError
-from ...records.batch import BatchError
-from ...records.recompress import PRODUCER, recompress
-from ...records.validate import ProduceRules, validate_produce_records
-from ..errors import (
+from ...protocol.errors import (
     INVALID_PRODUCER_EPOCH,
+    INVALID_REQUIRED_ACKS,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
-    INVALID_REQUIRED_ACKS,
     NONE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     UNKNOWN_TOPIC_OR_PARTITION,
-    CloseConnection,
 )
+from ...records.batch import BatchError
+from ...records.recompress import PRODUCER, recompress
+from ...records.validate import ProduceRules, validate_produce_records
+from ..errors import CloseConnection
 from ..registry import api
 from ..slices import TimeSlice
 

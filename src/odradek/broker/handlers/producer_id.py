@@ -9,7 +9,7 @@ KIP-360: a producer that names its current id and epoch gets the epoch bumped.
 
 from __future__ import annotations
 
-from ..errors import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+from ...protocol.errors import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 from ..registry import api
 
 MAX_EPOCH = 32767

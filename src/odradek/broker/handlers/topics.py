@@ -10,8 +10,7 @@ from ...cluster.names import InvalidTopicName, collision_key, validate_topic_nam
 from ...config import validate_topic_config
 from ...configdef import ConfigError
 from ...log.errors import StorageError
-from ..broker import MAX_PARTITIONS_PER_REQUEST, MAX_PARTITIONS_PER_TOPIC
-from ..errors import (
+from ...protocol.errors import (
     INVALID_CONFIG,
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
@@ -25,6 +24,7 @@ from ..errors import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ..broker import MAX_PARTITIONS_PER_REQUEST, MAX_PARTITIONS_PER_TOPIC
 from ..registry import api
 from ..slices import TimeSlice
 from .configs import topic_entries

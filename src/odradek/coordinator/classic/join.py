@@ -21,9 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import records as R
-from ..consumer_protocol import decode_assignment, decode_subscription
-from ..errors import (
+from ...protocol.errors import (
     FENCED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED,
     INCONSISTENT_GROUP_PROTOCOL,
@@ -31,8 +29,10 @@ from ..errors import (
     INVALID_SESSION_TIMEOUT,
     MEMBER_ID_REQUIRED,
     UNKNOWN_MEMBER_ID,
-    CoordinatorError,
 )
+from .. import records as R
+from ..consumer_protocol import decode_assignment, decode_subscription
+from ..errors import CoordinatorError
 from ..records import RecordError
 from ..shard import Result, Shard
 from .model import ClassicGroup, ClassicMember, ClassicState, Reply

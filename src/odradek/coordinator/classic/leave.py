@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import FENCED_INSTANCE_ID, INVALID_GROUP_ID, NONE, UNKNOWN_MEMBER_ID
+from ...protocol.errors import (
+    FENCED_INSTANCE_ID,
+    INVALID_GROUP_ID,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+)
 from ..shard import Result, Shard
 from .rebalance import maybe_complete_join, remove_members
 

@@ -19,8 +19,8 @@ what Kafka persists: the group when it empties.
 
 from __future__ import annotations
 
+from ...protocol.errors import NONE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID
 from .. import records as R
-from ..errors import NONE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID
 from ..shard import Result, Shard
 from .model import ClassicGroup, ClassicMember, ClassicState
 

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import records as R
-from ..errors import (
+from ...protocol.errors import (
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_GROUP_ID,
     NONE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
-    CoordinatorError,
 )
+from .. import records as R
+from ..errors import CoordinatorError
 from ..members import known_member
 from ..shard import Result, Shard
 from .model import ClassicGroup, ClassicMember, ClassicState, Reply

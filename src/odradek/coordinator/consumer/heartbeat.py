@@ -26,8 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .. import records as R
-from ..errors import (
+from ...protocol.errors import (
     FENCED_MEMBER_EPOCH,
     GROUP_ID_NOT_FOUND,
     GROUP_MAX_SIZE_REACHED,
@@ -37,8 +36,9 @@ from ..errors import (
     UNKNOWN_MEMBER_ID,
     UNRELEASED_INSTANCE_ID,
     UNSUPPORTED_ASSIGNOR,
-    CoordinatorError,
 )
+from .. import records as R
+from ..errors import CoordinatorError
 from ..members import known_member
 from ..shard import Result, Shard
 from .assignment import (
