@@ -127,6 +127,17 @@ REBALANCE_TIMEOUT_MS = 300_000
 # --------------------------------------------------------------------------
 
 
+
+def _sink():
+    """A writer whose records go nowhere (it still numbers them, as a log would)."""
+    end = [-1]
+
+    def write(_partition, records, _now):
+        end[0] += len(records)
+        return end[0]
+
+    return write
+
 def member_ids(n: int) -> list[str]:
     """Deterministic 36-character ids, as KIP-1082 clients generate (UUID strings)."""
     return [str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128))) for i in range(n)]
@@ -256,10 +267,11 @@ def pure_runtime(n_members: int, partitions: int, converge: str) -> tuple[Coordi
     config = CoordinatorConfig()
     written = {"records": 0}
 
-    def writer(partition: int, records: list, now_ms: int) -> None:
+    def writer(partition: int, records: list, now_ms: int) -> int:
         for r in records:  # the broker encodes every record it writes: so does this writer
             R.encode(r)
         written["records"] += len(records)
+        return written["records"] - 1  # the last offset written (one count for all partitions: it only grows)
 
     runtime = CoordinatorRuntime(config, writer, image)
     mids = member_ids(n_members)
@@ -670,7 +682,7 @@ def replay_phases(b: Broker) -> list[tuple[str, float, int]]:
     pairs = {p: list(c.read_partition(p)) for p in parts}
     t1 = time.perf_counter()
     n = 0
-    scratch = CoordinatorRuntime(c.config, lambda *_: None, c.runtime.image)  # its writes go nowhere
+    scratch = CoordinatorRuntime(c.config, _sink(), c.runtime.image)  # its writes go nowhere
     now = wall_clock_ms()
     for p in parts:
         n += scratch.load_bytes(p, pairs[p], now).records_replayed
@@ -784,6 +796,7 @@ def section_classic(args: argparse.Namespace) -> None:
 
         def count_records(_p, recs, _now, written=written):
             written[0] += len(recs)
+            return written[0] - 1  # the last offset written
 
         config = CoordinatorConfig(offsets_topic_partitions=1, initial_rebalance_delay_ms=3_000)
         runtime = CoordinatorRuntime(config, count_records)

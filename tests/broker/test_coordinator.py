@@ -137,3 +137,74 @@ def test_commits_for_unknown_topics_or_partitions_are_refused(tmp_path):
         assert set(shard.offsets["s"]) == {("t", 1)}
     finally:
         b.close()
+
+
+# --- a shard not served here, a write the disk refuses (issue 16: never a closed connection) ---
+
+
+def _join(b: InProcess, group="cg", member=""):
+    body = {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000, "member_id": member,
+            "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
+            "reason": None}
+    return parse_response(11, 9, b.handle(request_frame(11, 9, body)))[1]
+
+
+def _fetch(b: InProcess, group="g"):
+    body = {"groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}],
+            "require_stable": False}
+    return parse_response(9, 9, b.handle(request_frame(9, 9, body)))[1]
+
+
+def _describe(b: InProcess, group="g"):
+    return parse_response(15, 5, b.handle(request_frame(15, 5, {"groups": [group],
+                                                                "include_authorized_operations": False})))[1]
+
+
+def test_a_shard_that_is_not_loaded_answers_not_coordinator_on_every_group_api(tmp_path):
+    b = InProcess(tmp_path / "d", extra={"offsets.topic.num.partitions": "1"})
+    try:
+        b.broker.create_topic("t", 1, {})
+        assert hb(b, "A").error_code == 0
+        b.broker.coordinator.runtime.on_resignation(0)
+        assert hb(b, "A", epoch=1).error_code == 16  # NOT_COORDINATOR
+        assert commit(b, "A", 1, [("t", 0, 5)]) == [16]
+        assert _fetch(b).groups[0].error_code == 16
+        assert _describe(b).groups[0].error_code == 16
+        assert _join(b).error_code == 16
+        # ListGroups skips a shard not served here (Kafka ignores NOT_COORDINATOR).
+        listed = parse_response(16, 4, b.handle(request_frame(16, 4, {"states_filter": []})))[1]
+        assert listed.error_code == 0 and list(listed.groups) == []
+        # Elected again, it serves what its log holds.
+        b.broker.coordinator.runtime.on_election(0, 1, b.broker.clock())
+        assert [g.group_id for g in parse_response(16, 4, b.handle(request_frame(16, 4, {"states_filter": []})))[1]
+                .groups] == ["g"]
+    finally:
+        b.close()
+
+
+def test_a_coordinator_write_the_disk_refuses_answers_not_coordinator_and_keeps_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from odradek.log.errors import StorageError
+
+    b = InProcess(tmp_path / "d", extra={"offsets.topic.num.partitions": "1"})
+    try:
+        b.broker.create_topic("t", 2, {})
+        assert hb(b, "A").error_code == 0
+        assert commit(b, "A", 1, [("t", 0, 5)]) == [0]
+        plog = b.broker.logs.get(CONSUMER_OFFSETS, 0)
+        before = snapshot(b)
+
+        def refuse(*_a, **_k):  # a full disk: transient, the directory stays online
+            raise StorageError("append", OSError(errno.ENOSPC, "No space left on device"))
+
+        monkeypatch.setattr(plog, "append", refuse)
+        assert commit(b, "A", 1, [("t", 0, 9)]) == [16]  # answered, not a closed connection
+        assert hb(b, "B").error_code == 16
+        assert snapshot(b) == before  # reloaded from the log: neither the commit nor B
+        assert _fetch(b).groups[0].topics[0].partitions[0].committed_offset == 5
+        monkeypatch.undo()
+        assert commit(b, "A", 1, [("t", 0, 9)]) == [0]
+        assert _fetch(b).groups[0].topics[0].partitions[0].committed_offset == 9
+    finally:
+        b.close()

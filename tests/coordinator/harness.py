@@ -45,12 +45,14 @@ class Coord:
         self.written: list[R.CoordinatorRecord] = []
 
     def _new_runtime(self) -> CoordinatorRuntime:
-        return CoordinatorRuntime(self.config, self._write, self.image, new_member_id=lambda: next(self._ids))
+        return CoordinatorRuntime(self.config, self._write, self.image, new_member_id=lambda: next(self._ids),
+                                  reader=lambda p: list(self.log.get(p, [])))
 
     def _write(self, partition, records, now_ms):
         self.written = list(records)
         # Round-trip through the binary form: what replay sees is what the log holds.
         self.log.setdefault(partition, []).extend(R.encode(r) for r in records)
+        return len(self.log[partition]) - 1  # the last offset written
 
     def replayed(self, partition: int = 0) -> list[R.CoordinatorRecord]:
         return [R.decode(k, v) for k, v in self.log.get(partition, [])]

@@ -104,6 +104,10 @@ class FailingWriter:
         if self.fail:
             raise OSError("disk full")
         self.log.setdefault(partition, []).extend(records)
+        return len(self.log[partition]) - 1
+
+    def read(self, partition):
+        return [R.encode(r) for r in self.log.get(partition, [])]
 
 
 def test_records_are_written_before_they_are_replayed():
@@ -114,7 +118,7 @@ def test_records_are_written_before_they_are_replayed():
     def writer(partition, records, now_ms):
         shard = c.runtime.shards[partition]
         seen.append((shard.records_replayed, len(records), "g" in shard.consumer_groups))
-        inner(partition, records, now_ms)
+        return inner(partition, records, now_ms)
 
     c.runtime.writer = writer
     before = c.runtime.records_written
@@ -130,7 +134,7 @@ def test_a_failing_writer_leaves_state_unchanged_and_propagates():
     w = FailingWriter()
     image = MetadataImage.of([("foo", FOO, 3)])
     cfg = CoordinatorConfig(offsets_topic_partitions=1)
-    rt = CoordinatorRuntime(cfg, w, image, new_member_id=lambda: "gen")
+    rt = CoordinatorRuntime(cfg, w, image, new_member_id=lambda: "gen", reader=w.read)
     rt.load(0, [], 0)
     req = CommitRequest("g", topics=(("foo", FOO, (CommitPartition(0, 5),)),))
     assert rt.run("g", lambda s, now: commit(s, req, now), 10)["topics"][0]["partitions"][0]["error_code"] == NONE

@@ -31,7 +31,6 @@ from typing import Any
 from ..cluster.metadata import MetadataStore, Topic, TopicCollision, TopicExists
 from ..cluster.names import InvalidTopicName, collision_key, validate_topic_name
 from ..config import BrokerConfig, resolve_topic_config
-from ..coordinator.runtime import ShardNotLoaded
 from ..log.errors import LogDirOffline, StorageError
 from ..log.files import FileCache, capacity_for_limit, raise_fd_limit
 from ..log.manager import LogManager
@@ -292,8 +291,6 @@ class Broker:
             self.storage_failed(exc)
             log.warning("closing connection: %s v%d met a storage failure: %s", api.name, request.api_version, exc)
             raise CloseConnection(f"storage failure in {api.name}") from exc
-        except ShardNotLoaded as exc:  # its partition failed to load (logged then)
-            raise CloseConnection(f"{api.name}: {exc}") from exc
         except Exception as exc:  # a bug of ours: this connection only
             self.internal_errors += 1
             log.exception("handler for %s v%d failed", api.name, request.api_version)
@@ -308,12 +305,9 @@ class Broker:
         """Run the group coordinator's due timers (session, rebalance, offset expiry)."""
         if self.coordinator is None:
             return 0
-        try:
-            return self.coordinator.tick(now_ms)
-        except StorageError as exc:
-            self.storage_failed(exc)
-            log.warning("a group coordinator timer could not write its records: %s", exc)
-            return 0
+        # A timer whose write fails is the runtime's to revert (the writer reported the
+        # storage failure): nothing escapes to here.
+        return self.coordinator.tick(now_ms)
 
     def retention(self, now_ms: int | None = None) -> int:
         return self.logs.retention(self.clock() if now_ms is None else now_ms)

@@ -3,15 +3,20 @@
 Theory of operation: the sans-I/O `CoordinatorRuntime` decides; this module gives it a
 writer that appends each result's records as one RecordBatch to the shard's partition
 of `__consumer_offsets` (a compacted topic, created at start-up with
-`offsets.topic.num.partitions` partitions), loads every partition at start-up by
-decoding its batches and replaying them, and tells the runtime when topics change (each
-new picture of the topics is numbered upwards, across restarts too).
+`offsets.topic.num.partitions` partitions) and returns the batch's last offset, a
+reader that decodes a partition's stored batches, and tells the runtime when topics
+change (each new picture of the topics is numbered upwards, across restarts too).
 
-A write that the disk refuses (StorageError) leaves the shard as its log says it is:
-the runtime replays records only after the writer returned, and the shard is reloaded
-from the log anyway, so nothing a handler prepared survives (issue 16 replaces this
-with deferred completion). A partition that cannot be loaded (offline, corrupt) leaves
-its shard unloaded and its groups unavailable; the other shards serve.
+A single broker leads every partition: at start-up each shard is elected (epoch 0) and
+loaded by replay, and every write is committed as soon as it is appended (the runtime's
+`commit_on_write`; a cluster will complete answers at the high watermark instead).
+
+A write that the disk refuses (StorageError) is reported to the log directory's health
+and raised to the runtime as NOT_COORDINATOR (Kafka maps KafkaStorageException so): the
+runtime fails the operation's requests with it and reloads the shard from its log, so
+nothing a handler prepared survives. A partition that cannot be loaded (offline,
+corrupt) leaves its shard FAILED (its groups get NOT_COORDINATOR) and is elected again
+every RELOAD_BACKOFF_MS; the other shards serve.
 """
 
 from __future__ import annotations
@@ -23,15 +28,18 @@ from ..cluster.names import CONSUMER_OFFSETS
 from ..coordinator import records as R
 from ..coordinator.config import CoordinatorConfig
 from ..coordinator.consumer.model import TopicMeta
+from ..coordinator.errors import CoordinatorUnavailable
 from ..coordinator.image import MetadataImage
 from ..coordinator.runtime import CoordinatorRuntime
 from ..log.errors import StorageError
+from ..protocol.errors import NOT_COORDINATOR
 from ..records.batch import read_header
 from ..records.codec import CodecError, encode_batch, key_values
 
 log = logging.getLogger(__name__)
 
 RELOAD_BACKOFF_MS = 5_000
+SINGLE_NODE_EPOCH = 0  # the leader epoch of every __consumer_offsets partition on a single broker
 
 
 class GroupCoordinator:
@@ -41,11 +49,11 @@ class GroupCoordinator:
         self._image_version = 0
         self.runtime = CoordinatorRuntime(
             self.config, self._write, self.build_image(), group_overrides=self._group_overrides,
+            reader=lambda p: list(self.read_partition(p)),
         )
         self.load_time_ms = 0.0
         self.records_loaded = 0
         self.unavailable: dict[int, int] = {}  # shard -> when to try loading it again (ms)
-        self._loading: set[int] = set()
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -84,7 +92,7 @@ class GroupCoordinator:
             )
         return topic
 
-    def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> None:
+    def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
         rows = []
         for i, record in enumerate(records):
             key, value = R.encode(record)
@@ -93,15 +101,14 @@ class GroupCoordinator:
         try:
             plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
             # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
-            plog.append(batch, [read_header(batch)], now_ms)
-        except StorageError:
-            if partition not in self._loading:
-                # The revert: the shard becomes what its log says (retried later if that fails too).
-                self.runtime.unload(partition)
-                self._load(partition, now_ms)
-            raise
+            return plog.append(batch, [read_header(batch)], now_ms).last_offset
+        except StorageError as exc:
+            self.broker.storage_failed(exc)
+            # GroupCoordinatorService.normalizeException: KafkaStorageException -> NOT_COORDINATOR.
+            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition}: {exc}") from exc
 
     def load_all(self) -> None:
+        """Elect every shard: a single broker coordinates every partition."""
         started = time.perf_counter()
         now = self.broker.clock()
         for p in range(self.config.offsets_topic_partitions):
@@ -114,18 +121,15 @@ class GroupCoordinator:
         """Load one shard; on failure it stays unloaded (its groups unavailable) and is
         retried by `tick`. Loading writes records too (KIP-848 fail-over bumps), so a
         full disk can fail it as well as an offline partition can."""
-        self._loading.add(partition)
         try:
-            shard = self.runtime.load_bytes(partition, list(self.read_partition(partition)), now_ms)
-        except (StorageError, CodecError) as exc:
-            self.runtime.unload(partition)
+            self.runtime.on_election(partition, SINGLE_NODE_EPOCH, now_ms)
+        except (StorageError, CodecError, CoordinatorUnavailable) as exc:
             if partition not in self.unavailable:
                 log.error("group coordinator shard %s-%d is unavailable (its groups cannot be served until it "
                           "loads): %s", CONSUMER_OFFSETS, partition, exc)
             self.unavailable[partition] = now_ms + RELOAD_BACKOFF_MS
             return False
-        finally:
-            self._loading.discard(partition)
+        shard = self.runtime.shards[partition]
         if self.unavailable.pop(partition, None) is not None:
             log.info("group coordinator shard %s-%d loaded", CONSUMER_OFFSETS, partition)
         self.records_loaded += shard.records_replayed
@@ -143,4 +147,8 @@ class GroupCoordinator:
         for partition, due in list(self.unavailable.items()):
             if now >= due:
                 self._load(partition, now)
+        for partition in range(self.config.offsets_topic_partitions):
+            # A shard whose revert could not read its log is FAILED: elect it again later.
+            if partition not in self.runtime.shards and partition not in self.unavailable:
+                self.unavailable[partition] = now + RELOAD_BACKOFF_MS
         return self.runtime.tick(now)

@@ -109,3 +109,16 @@ def delete_group(shard: Shard, group_id: str, now_ms: int) -> Result:
     if (group is not None and group.members) or (classic is not None and not classic.is_(ClassicState.EMPTY)):
         return Result([], NON_EMPTY_GROUP)
     return Result(delete_group_records(shard, group_id), NONE)
+
+
+def unavailable_consumer_group(group_id: str, code) -> dict:
+    """ConsumerGroupDescribe's entry for a group whose shard is not served here."""
+    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": -2147483648}
+
+
+def unavailable_classic_group(group_id: str, code) -> dict:
+    """DescribeGroups' entry for a group whose shard is not served here."""
+    return {"group_id": group_id, "error_code": code, "group_state": "", "protocol_type": "", "protocol_data": "",
+            "members": [], "authorized_operations": -2147483648, "error_message": None}

@@ -179,7 +179,9 @@ def fetch_group(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]]
             return {"group_id": group_id, "error_code": UNKNOWN_MEMBER_ID, "topics": []}
         if member_epoch != member.member_epoch:
             return {"group_id": group_id, "error_code": STALE_MEMBER_EPOCH, "topics": []}
-    offsets = shard.offsets.get(group_id, {})
+    # Read at the committed offset: a commit whose record is not yet committed is not
+    # visible (Kafka's OffsetFetch reads its timeline maps at the last committed offset).
+    offsets = shard.committed_offsets(group_id)
     if topics is None:
         by_topic: dict[str, list[int]] = {}
         for (t, p) in sorted(offsets):

@@ -1,28 +1,54 @@
-"""The coordinator runtime: shards, write-then-replay, timers, metadata changes.
+"""The coordinator runtime: shards, write-then-replay, deferred answers, elections, timers.
 
 Theory of operation (KIP-848 "Group Coordinator": one state machine per
-`__consumer_offsets` partition, run as an event loop): a group belongs to partition
-`abs(java_hash(group_id)) % offsets.topic.num.partitions`, as in Kafka, so tools that
-compute the coordinator partition agree with us. `run(group_id, op, now)` calls the
-handler `op(shard, now) -> Result`, hands the records to the injected `writer` (the
-broker appends them to the partition log; the simulator keeps them in a list) and only
-after that replays them into the shard and returns the response. Loading a partition
-is the same replay. Due timers run through the same path.
+`__consumer_offsets` partition, run as an event loop; Kafka's CoordinatorRuntime): a
+group belongs to partition `abs(java_hash(group_id)) % offsets.topic.num.partitions`, as
+in Kafka, so tools that compute the coordinator partition agree with us.
+
+Writes. `submit(group_id, op, now)` calls the handler `op(shard, now) -> Result`, hands
+its records to the injected `writer` (`append(partition, records, now) -> last offset
+written`: the broker appends a batch to the partition log, the simulator keeps a list),
+and only after the append succeeded replays them into the shard. The answer (and every
+classic reply the handler queued in `shard.outbox`) waits in the shard's deferred queue
+until the committed offset reaches the last offset written (`complete_up_to`): on a
+single node (`commit_on_write`) that is the log end right after the write, in a cluster
+the high watermark. If the append fails, nothing of the operation survives: its queued
+replies and its answer fail with the code Kafka gives (`errors.error_code_for`), and the
+shard is reloaded from its log in place (the revert: whatever a handler changed directly,
+as classic handlers do, is rebuilt from the records), with every parked request failed
+NOT_COORDINATOR and every timer re-armed by the load.
+
+Loading. A shard exists while this broker coordinates its partition: `on_election
+(partition, epoch, now)` loads it by replaying the log (`reader`), `on_resignation
+(partition, epoch)` unloads it, failing its parked requests and deferred answers with
+NOT_COORDINATOR and cancelling its timers. Both ignore a stale epoch. A request for a
+shard that is not active gets NOT_COORDINATOR (never elected here, resigned, failed to
+load) or COORDINATOR_LOAD_IN_PROGRESS, as Kafka's runtime answers. The states and the
+moves between them are the table `SHARD_TRANSITIONS`, keyed by (state, event).
 
 The runtime is synchronous and touches no socket or clock: callers pass `now_ms`.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 from collections.abc import Callable, Iterable
 
+from ..protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR
 from .classic.join import leaves_partitions_unowned
 from .classic.model import ClassicState
-from .classic.rebalance import prepare_rebalance, schedule_heartbeat
+from .classic.rebalance import (
+    error_join,
+    prepare_rebalance,
+    schedule_heartbeat,
+    sync_error,
+)
 from .config import CoordinatorConfig
 from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
+from .deferred import Deferred, DeferredQueue
+from .errors import CoordinatorUnavailable, error_code_for
 from .image import MetadataImage
 from .offsets import expire_offsets
 from .records import CoordinatorRecord, decode
@@ -31,11 +57,53 @@ from .timer import Timer
 
 log = logging.getLogger(__name__)
 
-Writer = Callable[[int, list[CoordinatorRecord], int], None]
+Writer = Callable[[int, list[CoordinatorRecord], int], int]
+Reader = Callable[[int], Iterable[tuple[bytes | None, bytes | None]]]
 
 
-class ShardNotLoaded(LookupError):
-    """The group's `__consumer_offsets` partition is not loaded here (it failed to load)."""
+class ShardState(enum.Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class ShardEvent(enum.Enum):
+    ELECT = "elect"  # this broker became the partition's leader (coordinator)
+    LOADED = "loaded"
+    LOAD_FAILED = "load-failed"
+    RESIGN = "resign"  # it no longer is
+
+
+# Kafka's CoordinatorRuntime.CoordinatorState moves, keyed by input (h11 style). An
+# election of a shard already loading or loaded only raises its epoch (no entry needed:
+# `on_election` does not reload it); an input with no entry is a bug.
+SHARD_TRANSITIONS: dict[tuple[ShardState | None, ShardEvent], ShardState] = {
+    (None, ShardEvent.ELECT): ShardState.LOADING,
+    (ShardState.CLOSED, ShardEvent.ELECT): ShardState.LOADING,
+    (ShardState.FAILED, ShardEvent.ELECT): ShardState.LOADING,
+    (ShardState.LOADING, ShardEvent.LOADED): ShardState.ACTIVE,
+    (ShardState.LOADING, ShardEvent.LOAD_FAILED): ShardState.FAILED,
+    (ShardState.ACTIVE, ShardEvent.LOAD_FAILED): ShardState.FAILED,  # a reload (the revert) failed
+    (ShardState.LOADING, ShardEvent.RESIGN): ShardState.CLOSED,
+    (ShardState.ACTIVE, ShardEvent.RESIGN): ShardState.CLOSED,
+    (ShardState.FAILED, ShardEvent.RESIGN): ShardState.CLOSED,
+    (None, ShardEvent.RESIGN): ShardState.CLOSED,
+    (ShardState.CLOSED, ShardEvent.RESIGN): ShardState.CLOSED,
+}
+
+# Why a request for a shard in this state is refused (Kafka's activeContextOrThrow).
+_REFUSAL = {None: NOT_COORDINATOR, ShardState.CLOSED: NOT_COORDINATOR, ShardState.FAILED: NOT_COORDINATOR,
+            ShardState.LOADING: COORDINATOR_LOAD_IN_PROGRESS}
+
+# Fields a failed classic answer must not carry (a SyncGroup's assignment, a leader's member list).
+_EMPTY_ON_ERROR = {"assignment": b"", "members": []}
+
+ShardNotLoaded = CoordinatorUnavailable  # the name callers used before elections existed
+
+
+class _AppendFailed(Exception):
+    """The writer refused an operation's records (its cause is `__cause__`)."""
 
 
 @functools.lru_cache(maxsize=65536)
@@ -62,14 +130,21 @@ class CoordinatorRuntime:
         image: MetadataImage | None = None,
         new_member_id: Callable[[], str] = _random_member_id,
         group_overrides: Callable[[str], dict[str, int]] = lambda _g: {},
+        reader: Reader | None = None,
+        commit_on_write: bool = True,
     ) -> None:
         self.config = config
         self.writer = writer
+        self.reader = reader
+        self.commit_on_write = commit_on_write
         self.image = image or MetadataImage()
         self.new_member_id = new_member_id
         self.group_overrides = group_overrides
-        self.shards: dict[int, Shard] = {}
+        self.shards: dict[int, Shard] = {}  # the active ones
+        self.states: dict[int, tuple[ShardState, int]] = {}  # partition -> (state, epoch)
+        self.deferred: dict[int, DeferredQueue] = {}
         self.records_written = 0
+        self.write_failures = 0
 
     # --- shards ---------------------------------------------------------------------------------
 
@@ -79,8 +154,67 @@ class CoordinatorRuntime:
     def shard_for(self, group_id: str) -> Shard | None:
         return self.shards.get(self.partition_for(group_id))
 
+    def state_of(self, partition: int) -> ShardState | None:
+        entry = self.states.get(partition)
+        return entry[0] if entry else None
+
+    def _move(self, partition: int, event: ShardEvent, epoch: int | None = None) -> ShardState:
+        state, old_epoch = self.states.get(partition, (None, -1))
+        new = SHARD_TRANSITIONS.get((state, event))
+        assert new is not None, f"coordinator shard {partition}: no move for {event.value} in {state}"
+        self.states[partition] = (new, old_epoch if epoch is None else epoch)
+        return new
+
+    def active_shard(self, group_id: str) -> Shard:
+        """The group's shard, or CoordinatorUnavailable saying why it cannot be served here."""
+        partition = self.partition_for(group_id)
+        shard = self.shards.get(partition)
+        if shard is None:
+            code = _REFUSAL[self.state_of(partition)]
+            raise CoordinatorUnavailable(code, f"partition {partition} of group {group_id}: {code.name}")
+        return shard
+
     def new_shard(self, partition: int) -> Shard:
         return Shard(partition, self.config, self.image, Timer(), self.new_member_id, self.group_overrides)
+
+    # --- elections (KIP-848 "Fail Over"; Kafka's scheduleLoadOperation/scheduleUnloadOperation) ---
+
+    def on_election(self, partition: int, epoch: int, now_ms: int) -> bool:
+        """This broker now coordinates `partition` (leader epoch `epoch`): load it from its
+        log. Returns whether it is active. A stale epoch, or a shard already loaded, is left
+        as it is; a failed load leaves it FAILED (NOT_COORDINATOR) and raises the cause."""
+        state, current = self.states.get(partition, (None, -1))
+        if epoch < current or (epoch == current and state in (ShardState.LOADING, ShardState.ACTIVE)):
+            return state is ShardState.ACTIVE
+        if state in (ShardState.LOADING, ShardState.ACTIVE):
+            self.states[partition] = (state, epoch)  # already ours: only the epoch moves
+            return state is ShardState.ACTIVE
+        self._move(partition, ShardEvent.ELECT, epoch)
+        assert self.reader is not None, "on_election needs a reader"
+        try:
+            self.load_bytes(partition, self.reader(partition), now_ms)
+        except Exception as exc:
+            shard = self.shards.pop(partition, None)
+            if shard is not None:
+                self._drop(shard, exc)
+            self._move(partition, ShardEvent.LOAD_FAILED)
+            if isinstance(exc, _AppendFailed) and exc.__cause__ is not None:
+                raise exc.__cause__ from None  # a fail-over bump could not be written
+            raise
+        return True
+
+    def on_resignation(self, partition: int, epoch: int | None = None) -> bool:
+        """This broker no longer coordinates `partition`: parked requests and answers not yet
+        committed fail NOT_COORDINATOR (the clients find the new coordinator), timers stop.
+        A stale epoch (an older leadership's resignation arriving late) is ignored."""
+        current = self.states.get(partition, (None, -1))[1]
+        if epoch is not None and epoch < current:
+            return False
+        self._move(partition, ShardEvent.RESIGN, current if epoch is None else epoch)
+        shard = self.shards.pop(partition, None)
+        if shard is not None:
+            self._drop(shard, CoordinatorUnavailable(NOT_COORDINATOR, f"shard {partition} resigned"))
+        return shard is not None
 
     def load(self, partition: int, records: Iterable[CoordinatorRecord], now_ms: int) -> Shard:
         """Replay a partition's records into a fresh shard and take it over (KIP-848 "Fail Over")."""
@@ -93,6 +227,11 @@ class CoordinatorRuntime:
     def load_bytes(self, partition: int, pairs: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> Shard:
         """`load` from the stored (key, value) bytes, as the broker reads them from the log."""
         shard = self.new_shard(partition)
+        self._replay_bytes(shard, pairs)
+        return self._take_over(shard, now_ms)
+
+    @staticmethod
+    def _replay_bytes(shard: Shard, pairs: Iterable[tuple[bytes | None, bytes | None]]) -> None:
         shard.loading = True
         # Offset commits are independent of every other record and only the newest value
         # per key matters (exactly what compaction keeps), so an uncompacted log's many
@@ -112,16 +251,67 @@ class CoordinatorRuntime:
         for key, value in newest.items():
             shard.replay_offset_bytes(key, value)
         shard.records_replayed += rewritten - len(newest)
-        return self._take_over(shard, now_ms)
 
     def _take_over(self, shard: Shard, now_ms: int) -> Shard:
+        partition = shard.partition
         shard.loading = False
-        self.shards[shard.partition] = shard
+        if self.state_of(partition) is ShardState.ACTIVE:
+            self.on_resignation(partition)  # loaded again directly: the old shard's waiters are failed
+        if self.state_of(partition) is not ShardState.LOADING:
+            self._move(partition, ShardEvent.ELECT)  # loaded directly (tests, start-up without elections)
+        self.shards[partition] = shard
+        self.deferred.setdefault(partition, DeferredQueue())
+        # Everything loaded is committed: it is what the log holds.
+        shard.last_written_offset = shard.last_committed_offset = max(shard.last_written_offset, -1)
+        self._move(partition, ShardEvent.LOADED)
         self._on_loaded(shard, now_ms)
         return shard
 
     def unload(self, partition: int) -> None:
-        self.shards.pop(partition, None)
+        self.on_resignation(partition)
+
+    def _drop(self, shard: Shard, error: BaseException) -> None:
+        """Fail everything waiting on `shard` and stop its timers (it resigned or is being
+        reverted): the replies an operation queued get `error`'s code, parked requests and
+        answers not yet committed NOT_COORDINATOR; each request is answered once."""
+        shard.timer.cancel_all()
+        answered = {id(reply) for reply, _ in shard.outbox}
+        code = error_code_for(error)
+        for reply, response in shard.outbox:
+            reply(_failed_reply(response, code))
+        shard.outbox.clear()
+        gone = CoordinatorUnavailable(NOT_COORDINATOR, f"coordinator shard {shard.partition} unloaded")
+        queue = self.deferred.get(shard.partition)
+        if queue is not None:
+            queue.fail_all(gone)
+        for group in shard.classic_groups.values():
+            for member in group.members.values():
+                # Kafka completes parked JoinGroup/SyncGroup futures with NOT_COORDINATOR on unload.
+                if member.join_reply is not None and id(member.join_reply) not in answered:
+                    member.join_reply(error_join(NOT_COORDINATOR, member.member_id))
+                if member.sync_reply is not None and id(member.sync_reply) not in answered:
+                    member.sync_reply(sync_error(NOT_COORDINATOR))
+                member.join_reply = member.sync_reply = None
+
+    def _revert(self, shard: Shard, cause: BaseException, now_ms: int) -> None:
+        """A write failed with `cause`: the shard becomes what its log says, in place (the
+        same object, so a driver holding it sees the revert). Without a reader, or if
+        reading fails, the shard is unloaded and FAILED until it is elected again."""
+        partition = shard.partition
+        self._drop(shard, cause)
+        try:
+            if self.reader is None:
+                raise LookupError("no reader to reload from")
+            shard.reset()
+            self._replay_bytes(shard, self.reader(partition))
+            shard.loading = False
+            shard.last_committed_offset = shard.last_written_offset
+            self._on_loaded(shard, now_ms)
+        except Exception as exc:  # noqa: BLE001 - the log cannot be read back either: not served
+            log.error("coordinator shard %d could not be reloaded after a failed write: %s", partition, exc)
+            shard.loading = False
+            self.shards.pop(partition, None)
+            self._move(partition, ShardEvent.LOAD_FAILED)
 
     def _on_loaded(self, shard: Shard, now_ms: int) -> None:
         # KIP-848 "Fail Over": members get a fresh session (static members that left with
@@ -153,27 +343,54 @@ class CoordinatorRuntime:
 
         shard.timer.schedule(("offset-expiry",), now_ms + self.config.offsets_retention_check_interval_ms, op)
 
-    # --- running operations -----------------------------------------------------------------------
+    # --- writing and completing -------------------------------------------------------------------
 
     def _write(self, shard: Shard, records: list[CoordinatorRecord], now_ms: int) -> None:
+        """Append, then replay, then queue the outbox's replies behind the last offset written.
+        Raises _AppendFailed (the outbox untouched) if the writer refused the records."""
         if records:
-            self.writer(shard.partition, records, now_ms)
+            try:
+                last = self.writer(shard.partition, records, now_ms)
+            except Exception as exc:
+                raise _AppendFailed(str(exc)) from exc
+            assert isinstance(last, int) and last > shard.last_written_offset, (
+                f"writer returned {last!r} after offset {shard.last_written_offset}")
             self.records_written += len(records)
-            for record in records:
-                shard.replay(record)
+            # Offsets committed by this write are undoable until the write commits (never
+            # needed when every write commits at once).
+            shard.writing_offset = None if self.commit_on_write else last
+            try:
+                for record in records:
+                    shard.replay(record)
+            finally:
+                shard.writing_offset = None
+            shard.last_written_offset = last
         if shard.outbox:
-            # Answers go out only after the records they depend on are written.
             outbox, shard.outbox = shard.outbox, []
             for reply, response in outbox:
-                reply(response)
+                self._defer(shard, functools.partial(reply, response),
+                            lambda exc, reply=reply, response=response: reply(
+                                _failed_reply(response, error_code_for(exc))))
+        if records and self.commit_on_write:
+            self.complete_up_to(shard.partition, shard.last_written_offset)
 
-    def run(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int):
-        shard = self.shard_for(group_id)
+    def _defer(self, shard: Shard, on_commit: Callable[[], None], on_fail: Callable[[BaseException], None]) -> None:
+        if shard.last_written_offset <= shard.last_committed_offset:
+            on_commit()
+        else:
+            self.deferred[shard.partition].add(shard.last_written_offset, on_commit, on_fail)
+
+    def complete_up_to(self, partition: int, committed_offset: int) -> int:
+        """The partition's log is committed up to `committed_offset` (single node: its end;
+        cluster: the high watermark): release the answers waiting for it. Returns how many."""
+        shard = self.shards.get(partition)
         if shard is None:
-            raise ShardNotLoaded(f"partition {self.partition_for(group_id)} of group {group_id} is not loaded")
-        return self.run_on(shard, op, now_ms)
+            return 0
+        shard.commit_up_to(committed_offset)
+        return self.deferred[partition].complete_up_to(committed_offset)
 
-    def run_on(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
+    def _apply(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
+        """Run `op` and what it chains (Then), writing each step; the final response."""
         result = op(shard, now_ms)
         self._write(shard, result.records, now_ms)
         while isinstance(result.response, Then):
@@ -181,13 +398,62 @@ class CoordinatorRuntime:
             self._write(shard, result.records, now_ms)
         return result.response
 
+    def _run_guarded(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int, answer: Deferred) -> None:
+        try:
+            response = self._apply(shard, op, now_ms)
+        except _AppendFailed as exc:
+            cause = exc.__cause__ or exc
+            self.write_failures += 1
+            # The operation's replies fail with Kafka's code for the cause; the revert fails
+            # every other parked request NOT_COORDINATOR and rebuilds the shard from its log.
+            log.warning("coordinator shard %d: a write failed (%s); reloading it from its log", shard.partition, cause)
+            self._revert(shard, cause, now_ms)
+            answer.fail(cause)
+            return
+        self._defer(shard, functools.partial(answer.complete, response), answer.fail)
+
+    # --- running operations -----------------------------------------------------------------------
+
+    def submit(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int) -> Deferred:
+        """Run `op` on the group's shard; the handle settles when its records are committed,
+        or fails (CoordinatorUnavailable, or the writer's error) and then nothing of it stays."""
+        answer = Deferred()
+        try:
+            shard = self.active_shard(group_id)
+        except CoordinatorUnavailable as exc:
+            answer.fail(exc)
+            return answer
+        self._run_guarded(shard, op, now_ms, answer)
+        return answer
+
+    def run(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int):
+        """`submit` for callers that need the answer now (a single node commits on write):
+        the response, or the error raised."""
+        return self.submit(group_id, op, now_ms).result()
+
+    def run_on(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
+        answer = Deferred()
+        self._run_guarded(shard, op, now_ms, answer)
+        return answer.result()
+
+    def read(self, group_id: str) -> Shard:
+        """The shard for a read (describe, OffsetFetch), or CoordinatorUnavailable. Reads that
+        must not see uncommitted state use the shard's committed view (`committed_offsets`)."""
+        return self.active_shard(group_id)
+
     def tick(self, now_ms: int) -> int:
-        """Run every due timer; returns how many ran."""
+        """Run every due timer; returns how many ran. A timer whose write fails reverts its
+        shard (and the load re-arms the timers) without stopping the other shards'."""
         ran = 0
         for shard in list(self.shards.values()):
             for _key, op in shard.timer.due(now_ms):
-                self.run_on(shard, op, now_ms)
+                if self.shards.get(shard.partition) is not shard:
+                    break  # reverted and unloaded by an earlier timer's failed write
+                answer = Deferred()
+                self._run_guarded(shard, op, now_ms, answer)
                 ran += 1
+                if answer.error is not None:
+                    break  # the reload re-armed this shard's timers: the rest of this batch is stale
         return ran
 
     def next_deadline(self) -> int | None:
@@ -210,7 +476,11 @@ class CoordinatorRuntime:
                 # Callers number images upwards; one that does not still makes resolutions stale.
                 shard.new_topics_version = max(image.version, shard.new_topics_version + 1)
             for group in list(shard.consumer_groups.values()):
-                self._write(shard, refresh_metadata(shard, group), now_ms)
+                answer = Deferred()
+                self._run_guarded(shard, lambda s, _now, group=group: Result(refresh_metadata(s, group), None),
+                                  now_ms, answer)
+                if answer.error is not None:
+                    break  # reverted: the reload refreshed every group against the new image
 
 
 def _creates_topics(old: MetadataImage, new: MetadataImage) -> bool:
@@ -218,3 +488,8 @@ def _creates_topics(old: MetadataImage, new: MetadataImage) -> bool:
     if len(new.topics) > len(old.topics):
         return True
     return any(old.by_id(t.topic_id) is None for t in new.topics.values())
+
+
+def _failed_reply(response: dict, code) -> dict:
+    """A classic answer turned into the error Kafka sends when its write failed."""
+    return {**response, "error_code": code, **{k: v for k, v in _EMPTY_ON_ERROR.items() if k in response}}

@@ -87,8 +87,30 @@ class Shard:
         # its first image), so a regex resolved against an older image is resolved again.
         self.new_topics_version = self.image.version
         # Answers to classic requests, sent by the runtime once the records of the
-        # operation that produced them are written (Kafka answers after the append too).
+        # operation that produced them are committed (Kafka answers after the append too).
         self.outbox: list[tuple[Reply, dict]] = []
+        # Offsets in the log, kept by the runtime: the last one written and the last one
+        # committed (on a single node the same after every write; in a cluster the high
+        # watermark trails). `writing_offset` is the last offset of the batch being replayed.
+        self.last_written_offset = -1
+        self.last_committed_offset = -1
+        self.writing_offset: int | None = None
+        # What committed offsets were before each uncommitted write: (batch's last offset,
+        # group, (topic, partition), previous entry or None), oldest first. OffsetFetch reads
+        # at the committed offset (Kafka reads its timeline maps at the committed offset).
+        self._uncommitted: list[tuple[int, str, tuple[str, int], OffsetEntry | None]] = []
+
+    def reset(self) -> None:
+        """Forget every group and offset (and timer) before the same partition is replayed
+        again: reloading from the log is how a failed write is reverted."""
+        self.consumer_groups.clear()
+        self.classic_groups.clear()
+        self.offsets.clear()
+        self.outbox.clear()
+        self._uncommitted.clear()
+        self.timer.cancel_all()
+        self.records_replayed = 0
+        self.writing_offset = None
 
     def respond(self, reply: Reply, response: dict) -> None:
         self.outbox.append((reply, response))
@@ -218,6 +240,9 @@ class Shard:
 
     def _put_offset(self, group_id: str, topic: str, partition: int, entry: OffsetEntry | None) -> None:
         offsets = self.offsets.get(group_id)
+        if self.writing_offset is not None and self.writing_offset > self.last_committed_offset:
+            old = offsets.get((topic, partition)) if offsets is not None else None
+            self._uncommitted.append((self.writing_offset, group_id, (topic, partition), old))
         if entry is None:  # tombstone
             if offsets is not None:
                 offsets.pop((topic, partition), None)
@@ -227,6 +252,28 @@ class Shard:
         if offsets is None:
             offsets = self.offsets[group_id] = {}
         offsets[(topic, partition)] = entry
+
+    # --- the committed view ------------------------------------------------------------------
+
+    def commit_up_to(self, offset: int) -> None:
+        """Records up to `offset` are committed: their offsets are what OffsetFetch reads."""
+        self.last_committed_offset = max(self.last_committed_offset, offset)
+        if self._uncommitted:
+            self._uncommitted = [u for u in self._uncommitted if u[0] > self.last_committed_offset]
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetEntry]:
+        """A group's offsets as of the committed offset: uncommitted commits undone, newest first."""
+        offsets = self.offsets.get(group_id, {})
+        mine = [u for u in self._uncommitted if u[1] == group_id]
+        if not mine:
+            return offsets
+        view = dict(offsets)
+        for _offset, _gid, tp, old in reversed(mine):
+            if old is None:
+                view.pop(tp, None)
+            else:
+                view[tp] = old
+        return view
 
     def snapshot(self) -> dict:
         return {

@@ -37,6 +37,11 @@ class Timer:
     def cancel(self, key: Any) -> None:
         self._ops.pop(key, None)
 
+    def cancel_all(self) -> None:
+        """Forget every timer (the shard resigned or is being reloaded; the load re-arms them)."""
+        self._ops.clear()
+        self._heap.clear()
+
     def deadline(self, key: Any) -> int | None:
         entry = self._ops.get(key)
         return entry[0] if entry else None

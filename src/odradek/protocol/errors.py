@@ -11,6 +11,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 NONE = ErrorCode.none
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
 COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 CORRUPT_MESSAGE = ErrorCode.corrupt_message
 FENCED_INSTANCE_ID = ErrorCode.fenced_instance_id

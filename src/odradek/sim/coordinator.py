@@ -84,7 +84,7 @@ class _CoordinatorView:
 
 
 class SimCoordinator:
-    """The handlers' `broker`: coordinator, metadata, clock."""
+    """The handlers' `broker` (broker/coordinated.CoordinatorHost): coordinator, metadata, clock."""
 
     def __init__(self, config: CoordinatorConfig, rng: random.Random, clock: Callable[[], int],
                  send_down: Callable[[Link, bytes], None]) -> None:
@@ -110,10 +110,12 @@ class SimCoordinator:
     def _new_runtime(self) -> CoordinatorRuntime:
         rng = self.rng
         return CoordinatorRuntime(self.config, self._write, self.metadata.image(self.image_version),
-                                  new_member_id=lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+                                  new_member_id=lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                                  reader=lambda p: list(self.log[p]))
 
-    def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> None:
+    def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
         self.log[partition].extend(R.encode(r) for r in records)
+        return len(self.log[partition]) - 1  # the last offset written; every write commits at once
 
     # --- topics -----------------------------------------------------------------------------
 

@@ -14,22 +14,28 @@ import logging
 
 from ...coordinator.classic.join import JoinRequest, join
 from ...coordinator.classic.leave import LeaveIdentity, leave
+from ...coordinator.classic.rebalance import error_join, sync_error
 from ...coordinator.classic.sync import ClassicHeartbeat, SyncRequest, heartbeat, sync
+from ...coordinator.errors import error_code_for
+from ..coordinated import answer
 from ..registry import api
 from .consumer_group import _ms
 
 log = logging.getLogger(__name__)
 
 
-def _run_parked(broker, group_id: str, op) -> asyncio.Future:
-    """Run `op(shard, reply, now)` and return the future its reply resolves."""
+def _run_parked(broker, group_id: str, op, on_error) -> asyncio.Future:
+    """Run `op(shard, reply, now)` and return the future its reply resolves. If the
+    operation fails (the shard is not served here, its write failed) and nothing answered
+    the request, `on_error(code)` does."""
     fut = asyncio.get_running_loop().create_future()
 
     def reply(response: dict) -> None:
         if not fut.done():
             fut.set_result(response)
 
-    broker.coordinator.runtime.run(group_id, lambda shard, now: op(shard, reply, now), broker.clock())
+    deferred = broker.coordinator.runtime.submit(group_id, lambda shard, now: op(shard, reply, now), broker.clock())
+    deferred.add_done_callback(lambda d: d.error is None or reply(on_error(error_code_for(d.error))))
     return fut
 
 
@@ -69,14 +75,16 @@ async def join_group(broker, request):
     req = join_request(request)
     if req.reason:  # KIP-800: clients say why they (re)join; Kafka logs it with the rebalance
         log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
-    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: join(shard, req, reply, now))
+    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: join(shard, req, reply, now),
+                                 lambda code: error_join(code, req.member_id))
     return join_response(request, response)
 
 
 @api(14, "SyncGroup", 0, 5)
 async def sync_group(broker, request):
     req = sync_request(request)
-    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: sync(shard, req, reply, now))
+    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: sync(shard, req, reply, now),
+                                 sync_error)
     return {"throttle_time": 0, **response}
 
 
@@ -84,8 +92,10 @@ async def sync_group(broker, request):
 def heartbeat_api(broker, request):
     b = request.body
     req = ClassicHeartbeat(b.group_id, b.member_id, b.generation_id, request.field("group_instance_id"))
-    response = broker.coordinator.runtime.run(b.group_id, lambda shard, now: heartbeat(shard, req, now), broker.clock())
-    return {"throttle_time": 0, **response}
+    deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: heartbeat(shard, req, now),
+                                                 broker.clock())
+    return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code},
+                  lambda response: {"throttle_time": 0, **response})
 
 
 @api(13, "LeaveGroup", 0, 5)
@@ -100,10 +110,14 @@ def leave_group(broker, request):
         if ident.reason:
             log.info("group %s: member %r (instance %r) leaves (reason: %s)", b.group_id, ident.member_id,
                      ident.instance_id, ident.reason)
-    response = broker.coordinator.runtime.run(
+    deferred = broker.coordinator.runtime.submit(
         b.group_id, lambda shard, now: leave(shard, b.group_id, identities, now), broker.clock())
-    if v < 3:
-        # One member: its own error is the answer.
-        code = response["error_code"] or (response["members"][0]["error_code"] if response["members"] else 0)
-        return {"throttle_time": 0, "error_code": code}
-    return {"throttle_time": 0, **response}
+
+    def shape(response: dict) -> dict:
+        if v < 3:
+            # One member: its own error is the answer.
+            code = response["error_code"] or (response["members"][0]["error_code"] if response["members"] else 0)
+            return {"throttle_time": 0, "error_code": code}
+        return {"throttle_time": 0, **response}
+
+    return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code, "members": []}, shape)

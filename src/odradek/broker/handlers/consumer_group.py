@@ -7,8 +7,10 @@ protocol decisions are in `odradek.coordinator.consumer`.
 from __future__ import annotations
 
 from ...coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
-from ...coordinator.groups import describe_consumer_group
+from ...coordinator.errors import CoordinatorUnavailable
+from ...coordinator.groups import describe_consumer_group, unavailable_consumer_group
 from ...protocol.errors import INVALID_REQUEST
+from ..coordinated import answer
 from ..registry import api
 from .groups import with_group_operations
 
@@ -33,8 +35,11 @@ def consumer_group_heartbeat(broker, request):
         subscribed_topic_regex=request.field("subscribed_topic_regex"), server_assignor=b.server_assignor,
         owned=owned, client_id=request.client_id or "", client_host=request.client_host, version=request.api_version,
     )
-    response = broker.coordinator.runtime.run(b.group_id, lambda shard, now: heartbeat(shard, req, now), broker.clock())
-    return {"throttle_time": 0, **response}
+    deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: heartbeat(shard, req, now),
+                                                 broker.clock())
+    return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code, "error_message": None,
+                                          "member_id": None, "member_epoch": 0, "heartbeat_interval": 0},
+                  lambda response: {"throttle_time": 0, **response})
 
 
 @api(69, "ConsumerGroupDescribe", 0, 1)
@@ -43,9 +48,14 @@ def consumer_group_describe(broker, request):
     ops = bool(request.field("include_authorized_operations", False))
     groups = []
     for gid in request.body.group_ids:
+        try:
+            shard = runtime.read(gid)
+        except CoordinatorUnavailable as exc:
+            groups.append(unavailable_consumer_group(gid, exc.code))
+            continue
         if not gid:
-            groups.append({**describe_consumer_group(runtime.shard_for(gid), gid), "error_code": INVALID_REQUEST,
+            groups.append({**describe_consumer_group(shard, gid), "error_code": INVALID_REQUEST,
                            "error_message": "group id is empty"})
             continue
-        groups.append(with_group_operations(describe_consumer_group(runtime.shard_for(gid), gid), ops))
+        groups.append(with_group_operations(describe_consumer_group(shard, gid), ops))
     return {"throttle_time": 0, "groups": groups}

@@ -8,11 +8,13 @@ topic name in `__consumer_offsets`, as in Kafka. The fencing rules are in
 from __future__ import annotations
 
 from ...coordinator import offsets as O
+from ...coordinator.errors import CoordinatorUnavailable
 from ...protocol.errors import (
     INVALID_REQUEST,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ..coordinated import answer
 from ..registry import api
 
 
@@ -40,20 +42,29 @@ def offset_commit(broker, request):
             topics.append((topic.name, topic.topic_id, parts))
     req = O.CommitRequest(b.group_id, b.member_id or "", b.generation_id_or_member_epoch,
                           request.field("group_instance_id"), tuple(topics), v)
-    if not b.group_id:
-        out = [{"name": n, "topic_id": i, "partitions": [{"partition_index": p.partition, "error_code": INVALID_REQUEST}
+    def every_partition(code) -> list[dict]:
+        return [{"name": n, "topic_id": i, "partitions": [{"partition_index": p.partition, "error_code": code}
                                                           for p in ps]} for n, i, ps in topics]
-    else:
-        out = broker.coordinator.runtime.run(b.group_id, lambda shard, now: O.commit(shard, req, now),
-                                             broker.clock())["topics"]
-    for ident, indexes, code in unknown:
-        out.append({**ident, "partitions": [{"partition_index": i, "error_code": code} for i in indexes]})
-    return {"throttle_time": 0, "topics": out}
+
+    def shape(out: list[dict]) -> dict:
+        for ident, indexes, code in unknown:
+            out.append({**ident, "partitions": [{"partition_index": i, "error_code": code} for i in indexes]})
+        return {"throttle_time": 0, "topics": out}
+
+    if not b.group_id:
+        return shape(every_partition(INVALID_REQUEST))
+    deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: O.commit(shard, req, now),
+                                                 broker.clock())
+    return answer(deferred, lambda code: shape(every_partition(code)), lambda response: shape(response["topics"]))
 
 
 def _fetch_one(broker, group_id, topics, member_id=None, member_epoch=-1, by_id=False):
     """`topics`: kio request topics (name or topic_id + partition_indexes) or None for all."""
-    shard = broker.coordinator.runtime.shard_for(group_id)
+    try:
+        shard = broker.coordinator.runtime.read(group_id)
+    except CoordinatorUnavailable as exc:
+        # Kafka answers the group's error (v8+: per group; earlier: the top-level code).
+        return {"group_id": group_id, "error_code": exc.code, "topics": []}
     wanted = None
     id_of = {}
     missing = []
@@ -101,6 +112,7 @@ def offset_fetch(broker, request):
 def offset_delete(broker, request):
     b = request.body
     topics = [(t.name, [p.partition_index for p in t.partitions]) for t in b.topics]
-    result = broker.coordinator.runtime.run(b.group_id, lambda shard, now: O.delete(shard, b.group_id, topics, now),
-                                            broker.clock())
-    return {"throttle_time": 0, **result}
+    deferred = broker.coordinator.runtime.submit(
+        b.group_id, lambda shard, now: O.delete(shard, b.group_id, topics, now), broker.clock())
+    return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code, "topics": []},
+                  lambda result: {"throttle_time": 0, **result})
