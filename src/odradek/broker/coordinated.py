@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..coordinator.deferred import Deferred
 from ..coordinator.errors import error_code_for
@@ -42,6 +42,7 @@ class GroupCoordinatorView(Protocol):
     runtime: CoordinatorRuntime
 
 
+@runtime_checkable
 class CoordinatorHost(Protocol):
     """The broker as the group handlers see it (consumer_group, classic_group, offsets, groups)."""
 
