@@ -18,6 +18,8 @@ from odradek.client.classic import (
     SYNC_GROUP,
     TRANSITIONS,
     ClassicGroupMember,
+    Event,
+    IllegalTransition,
     State,
 )
 from odradek.client.cluster import TopicPartition as TP
@@ -755,8 +757,65 @@ def test_commit_identity_across_states():
 
 
 def test_transition_table_is_enforced():
-    assert set(TRANSITIONS) == set(State)
+    # Every state but FATAL takes some event; FATAL takes none.
+    assert {src for src, _event in TRANSITIONS} == set(State) - {State.FATAL}
     m = member()
-    with pytest.raises(AssertionError):
-        m._to(State.STABLE)  # UNSUBSCRIBED -> STABLE skips the rebalance
-    assert not TRANSITIONS[State.FATAL]
+    # UNSUBSCRIBED -> STABLE skips the rebalance: no event makes that move, and every
+    # event UNSUBSCRIBED has no entry for raises.
+    assert not any(TRANSITIONS.get((State.UNSUBSCRIBED, e)) is State.STABLE for e in Event)
+    for event in Event:
+        if (State.UNSUBSCRIBED, event) not in TRANSITIONS:
+            with pytest.raises(AssertionError):
+                m._fire(event)
+            assert m.state is State.UNSUBSCRIBED
+    assert not any(src is State.FATAL for src, _event in TRANSITIONS)
+
+
+@pytest.mark.parametrize(("src", "event"), sorted(TRANSITIONS, key=lambda k: (k[0].value, k[1].value)))
+def test_every_entry_goes_where_the_table_says(src, event):
+    m = member()
+    m.state = src
+    m._fire(event)
+    assert m.state is TRANSITIONS[(src, event)]
+
+
+@pytest.mark.parametrize(("src", "event"), [(s, e) for s in State for e in Event if (s, e) not in TRANSITIONS])
+def test_an_event_with_no_entry_raises_illegal_transition(src, event):
+    m = member()
+    m.state = src
+    with pytest.raises(IllegalTransition, match="illegal classic member transition"):
+        m._fire(event)
+    assert m.state is src  # nothing changed
+
+
+def test_every_event_fired_in_a_lifecycle_has_an_entry():
+    fired = []
+    m = member()
+    original = m._fire
+
+    def spy(event):
+        src = m.state
+        original(event)
+        fired.append((src, event, m.state))
+
+    m._fire = spy
+    m.subscribe(["a"], now=0)
+    expect(m, 0, JOIN_GROUP)
+    m.on_response(JOIN_GROUP, join_resp(member_id="m1", generation=GEN, leader="m1",
+                                        members=[("m1", None, sub(["a"]))]), 0)
+    m.set_metadata({"a": 2}, 0)
+    expect(m, 0, SYNC_GROUP)
+    m.on_response(SYNC_GROUP, sync_resp(assignment={"a": [0, 1]}), 0)
+    settle(m)
+    expect(m, 3000, HEARTBEAT)
+    m.on_response(HEARTBEAT, hb_resp(ErrorCode.rebalance_in_progress), 3000)
+    settle(m)  # eager: everything revoked, then JoinGroup
+    expect(m, 3000, JOIN_GROUP)
+    m.on_response(JOIN_GROUP, join_resp(ErrorCode.unknown_member_id), 3000)  # fenced, owning nothing
+    m.leave(now=4000)
+    assert all(TRANSITIONS[(src, event)] is dst for src, event, dst in fired)
+    assert [(src, dst) for src, _event, dst in fired] == [
+        (State.UNSUBSCRIBED, State.PREPARING), (State.PREPARING, State.JOINING), (State.JOINING, State.ASSIGNING),
+        (State.ASSIGNING, State.SYNCING), (State.SYNCING, State.RECONCILING), (State.RECONCILING, State.STABLE),
+        (State.STABLE, State.PREPARING), (State.PREPARING, State.JOINING), (State.JOINING, State.JOINING),
+        (State.JOINING, State.LEAVING), (State.LEAVING, State.UNSUBSCRIBED)]

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from odradek.client import AsyncConsumer, TopicPartition
-from odradek.client.membership import ConsumerGroupMember, State
+from odradek.client.membership import ConsumerGroupMember, Event, State
 
 OLD, NEW = uuid.UUID(int=1), uuid.UUID(int=2)
 
@@ -22,9 +22,10 @@ def test_a_deleted_topic_is_revoked_under_the_name_it_was_assigned_with():
         c._mode = "subscribe"
         c._group_wake = asyncio.Event()
         c.client.cluster.by_id[OLD] = "t"
-        m._to(State.JOINING)
+        m._fire(Event.JOIN)
         m.target = frozenset({(OLD, 0)})
-        m._to(State.RECONCILING)
+        m._fire(Event.TARGET_CHANGED)
+        assert m.state is State.RECONCILING
         await c._reconcile()  # assigned: t-0 of the old topic
         assert set(c.positions.parts) == {TopicPartition("t", 0)}
         c.positions.parts[TopicPartition("t", 0)].position = 6

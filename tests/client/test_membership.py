@@ -18,6 +18,8 @@ from odradek.client.membership import (
     STATIC_LEAVE_EPOCH,
     TRANSITIONS,
     ConsumerGroupMember,
+    Event,
+    IllegalTransition,
     State,
 )
 from odradek.protocol.messages import build, request_class, response_class
@@ -405,19 +407,42 @@ def test_leave_while_the_join_is_in_flight_still_sends_the_leave():
 # ------------------------------------------------------------------ the transition table
 
 
+def moves(state: State) -> set[State]:
+    """Where some event takes `state` (staying put is not a move)."""
+    return {new for (src, _event), new in TRANSITIONS.items() if src is state and new is not state}
+
+
 def test_transition_table_is_closed_and_fatal_is_terminal():
-    assert set(TRANSITIONS) == set(State)
-    assert all(targets <= set(State) for targets in TRANSITIONS.values())
-    assert TRANSITIONS[State.FATAL] == frozenset()
-    assert TRANSITIONS[State.LEAVING] == {State.UNSUBSCRIBED, State.FATAL}
+    # Every state but FATAL takes some event; FATAL takes none.
+    assert {src for src, _event in TRANSITIONS} == set(State) - {State.FATAL}
+    assert all(isinstance(new, State) and isinstance(event, Event) for (_src, event), new in TRANSITIONS.items())
+    assert moves(State.FATAL) == set() and not any(src is State.FATAL for src, _event in TRANSITIONS)
+    assert moves(State.LEAVING) == {State.UNSUBSCRIBED, State.FATAL}
     # Every state can be reached from UNSUBSCRIBED.
     seen, todo = {State.UNSUBSCRIBED}, [State.UNSUBSCRIBED]
     while todo:
-        for nxt in TRANSITIONS[todo.pop()]:
+        for nxt in moves(todo.pop()):
             if nxt not in seen:
                 seen.add(nxt)
                 todo.append(nxt)
     assert seen == set(State)
+
+
+@pytest.mark.parametrize(("src", "event"), sorted(TRANSITIONS, key=lambda k: (k[0].value, k[1].value)))
+def test_every_entry_goes_where_the_table_says(src, event):
+    m = member()
+    m.state = src
+    m._fire(event)
+    assert m.state is TRANSITIONS[(src, event)]
+
+
+@pytest.mark.parametrize(("src", "event"), [(s, e) for s in State for e in Event if (s, e) not in TRANSITIONS])
+def test_an_event_with_no_entry_raises_illegal_transition(src, event):
+    m = member()
+    m.state = src
+    with pytest.raises(IllegalTransition, match="illegal member transition"):
+        m._fire(event)
+    assert m.state is src  # nothing changed
 
 
 @pytest.mark.parametrize("src,dst", [
@@ -428,10 +453,14 @@ def test_transition_table_is_closed_and_fatal_is_terminal():
     (State.FENCED, State.STABLE),
 ])
 def test_illegal_transition_raises_assertion_error(src, dst):
-    m = member()
-    m.state = src
-    with pytest.raises(AssertionError, match="illegal member transition"):
-        m._to(dst)
+    assert not any(TRANSITIONS.get((src, e)) is dst for e in Event)  # no event makes the move
+    for event in Event:
+        if (src, event) in TRANSITIONS:
+            continue
+        m = member()
+        m.state = src
+        with pytest.raises(AssertionError, match="illegal member transition"):
+            m._fire(event)
 
 
 def test_assignment_reaching_an_unsubscribed_member_is_an_illegal_transition():
@@ -445,13 +474,15 @@ def test_assignment_reaching_an_unsubscribed_member_is_an_illegal_transition():
 def test_every_transition_taken_in_a_lifecycle_is_in_the_table():
     taken = []
     m = member()
-    original = m._to
+    original = m._fire
 
-    def spy(state):
-        taken.append((m.state, state))
-        original(state)
+    def spy(event):
+        src = m.state
+        original(event)
+        assert TRANSITIONS[(src, event)] is m.state
+        taken.append((src, m.state))
 
-    m._to = spy
+    m._fire = spy
     stable(m)
     m.on_response(HB, response(2, {T1: [1], T2: [0]}), 10)
     m.revoked(m.to_revoke(), now=10)
@@ -466,7 +497,7 @@ def test_every_transition_taken_in_a_lifecycle_is_in_the_table():
     m.on_failure(HB, KafkaConnectionError("x"), 40)
     for src, dst in taken:
         if src is not dst:
-            assert dst in TRANSITIONS[src], (src, dst)
+            assert dst in moves(src), (src, dst)
     assert (State.FENCED, State.JOINING) in taken and (State.LEAVING, State.UNSUBSCRIBED) in taken
 
 

@@ -11,12 +11,16 @@ import itertools
 import uuid
 
 from odradek.coordinator import records as R
-from odradek.coordinator.classic.join import JoinRequest, join
-from odradek.coordinator.classic.leave import LeaveIdentity, leave
-from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest, sync
-from odradek.coordinator.classic.sync import heartbeat as classic_heartbeat
+from odradek.coordinator.classic.join import JoinRequest
+from odradek.coordinator.classic.leave import LeaveIdentity
+from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
+from odradek.coordinator.consumer.heartbeat import HeartbeatRequest
+from odradek.coordinator.dispatch import consumer_group_heartbeat as heartbeat
+from odradek.coordinator.dispatch import heartbeat as classic_heartbeat
+from odradek.coordinator.dispatch import join_group as join
+from odradek.coordinator.dispatch import leave_group as leave
+from odradek.coordinator.dispatch import sync_group as sync
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.offsets import (
     CommitPartition,

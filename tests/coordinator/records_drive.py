@@ -19,15 +19,15 @@ import uuid
 
 from odradek.coordinator import records as R
 from odradek.coordinator.classic.join import JoinRequest
-from odradek.coordinator.classic.join import join as _classic_join
 from odradek.coordinator.classic.leave import LeaveIdentity
-from odradek.coordinator.classic.leave import leave as _classic_leave
 from odradek.coordinator.classic.sync import ClassicHeartbeat, SyncRequest
-from odradek.coordinator.classic.sync import heartbeat as _classic_heartbeat
-from odradek.coordinator.classic.sync import sync as _classic_sync
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.consumer.heartbeat import HeartbeatRequest
-from odradek.coordinator.consumer.heartbeat import heartbeat as _consumer_heartbeat
+from odradek.coordinator.dispatch import consumer_group_heartbeat as _consumer_heartbeat
+from odradek.coordinator.dispatch import heartbeat as _classic_heartbeat
+from odradek.coordinator.dispatch import join_group as _classic_join
+from odradek.coordinator.dispatch import leave_group as _classic_leave
+from odradek.coordinator.dispatch import sync_group as _classic_sync
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.offsets import CommitPartition, CommitRequest
 from odradek.coordinator.offsets import commit as _commit

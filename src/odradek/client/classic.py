@@ -48,8 +48,18 @@ restart within the session timeout.
 
 The member speaks topic names (TopicPartition). Time is the caller's: every method that
 needs it takes `now` in milliseconds. At most one request is in flight; the driver asks
-`next_request(now)` and reports with `on_response` / `on_failure`. States and their
-moves are the table TRANSITIONS, asserted on every change.
+`next_request(now)` and reports with `on_response` / `on_failure`.
+
+States move only by `_fire(event)`, through the table TRANSITIONS keyed by (state, event)
+as h11's `_state.py` is (DESIGN principle 3). The events are the member's inputs: a
+rebalance must start (PREPARE), nothing is left to revoke before JoinGroup
+(READY_TO_JOIN), the JoinGroup answer (JOINED, or JOINED_AS_LEADER when we must assign),
+the assignor ran (ASSIGNED), the SyncGroup answer (SYNCED, or RECONCILED when there is
+nothing to do), the app finished reconciling (RECONCILED), the rebalance restarts from
+JoinGroup (REJOIN), fencing (FENCED while we own partitions, FENCED_EMPTY when we own
+none), lost() after fencing (LOST), a fatal error (FATAL_ERROR), leaving (LEAVE, LEFT).
+An event with no entry for the current state raises `IllegalTransition`: the driver fed
+the member something its state cannot take, a bug on our side.
 """
 
 from __future__ import annotations
@@ -110,20 +120,52 @@ class State(Enum):
     FATAL = "fatal"
 
 
+class Event(Enum):
+    """The member's inputs: the keys of `TRANSITIONS` besides the state."""
+
+    PREPARE = "prepare"  # a (re)join is needed: subscribed, rebalance asked for, rejoin after revoking
+    READY_TO_JOIN = "ready-to-join"  # nothing left to revoke: the JoinGroup may go
+    JOINED = "joined"  # JoinGroup answered: a follower, or a leader told to skip the assignment (KIP-814)
+    JOINED_AS_LEADER = "joined-as-leader"  # JoinGroup answered: we run the assignor
+    ASSIGNED = "assigned"  # the assignor ran: the leader's SyncGroup may go
+    SYNCED = "synced"  # SyncGroup answered with an assignment the app must reconcile to
+    RECONCILED = "reconciled"  # owned == the assignment, and no rejoin is pending
+    REJOIN = "rejoin"  # the rebalance restarts from JoinGroup (REBALANCE_IN_PROGRESS, a failed request)
+    FENCED = "fenced"  # the coordinator no longer counts us, and we own partitions to drop
+    FENCED_EMPTY = "fenced-empty"  # the same, owning nothing: join again at once
+    LOST = "lost"  # lost(): the app dropped the partitions after fencing
+    FATAL_ERROR = "fatal-error"
+    LEAVE = "leave"
+    LEFT = "left"  # LeaveGroup answered or failed, or there was nobody to tell
+
+
+class IllegalTransition(AssertionError):
+    """An event the member's current state has no entry for (h11's LocalProtocolError):
+    our own driver broke the protocol, never the coordinator."""
+
+
 S = State
+E = Event
 _ALIVE = frozenset({S.PREPARING, S.JOINING, S.ASSIGNING, S.SYNCING, S.RECONCILING, S.STABLE})
-# Legal transitions (DESIGN: transitions as tables); `_to` asserts against it.
-TRANSITIONS: dict[State, frozenset[State]] = {
-    S.UNSUBSCRIBED: frozenset({S.PREPARING}),
-    S.PREPARING: frozenset({S.JOINING, S.FENCED, S.FATAL, S.LEAVING}),
-    S.JOINING: frozenset({S.ASSIGNING, S.SYNCING, S.FENCED, S.FATAL, S.LEAVING}),
-    S.ASSIGNING: frozenset({S.SYNCING, S.JOINING, S.FENCED, S.FATAL, S.LEAVING}),
-    S.SYNCING: frozenset({S.RECONCILING, S.STABLE, S.PREPARING, S.JOINING, S.FENCED, S.FATAL, S.LEAVING}),
-    S.RECONCILING: frozenset({S.STABLE, S.PREPARING, S.JOINING, S.FENCED, S.FATAL, S.LEAVING}),
-    S.STABLE: frozenset({S.PREPARING, S.JOINING, S.FENCED, S.FATAL, S.LEAVING}),
-    S.FENCED: frozenset({S.JOINING, S.LEAVING}),
-    S.LEAVING: frozenset({S.UNSUBSCRIBED}),
-    S.FATAL: frozenset(),
+# (state, event) -> new state (DESIGN: transitions as tables).
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    **{(s, E.PREPARE): S.PREPARING for s in (S.UNSUBSCRIBED, S.SYNCING, S.RECONCILING, S.STABLE)},
+    (S.PREPARING, E.READY_TO_JOIN): S.JOINING,
+    (S.JOINING, E.JOINED): S.SYNCING,
+    (S.JOINING, E.JOINED_AS_LEADER): S.ASSIGNING,
+    (S.ASSIGNING, E.ASSIGNED): S.SYNCING,
+    (S.SYNCING, E.SYNCED): S.RECONCILING,
+    (S.SYNCING, E.RECONCILED): S.STABLE,
+    (S.RECONCILING, E.RECONCILED): S.STABLE,
+    (S.JOINING, E.REJOIN): S.JOINING,  # a failed JoinGroup is sent again after the backoff
+    (S.SYNCING, E.REJOIN): S.JOINING,  # AbstractCoordinator: a failed SyncGroup restarts from JoinGroup
+    **{(s, E.FENCED): S.FENCED for s in _ALIVE},
+    **{(s, E.FENCED_EMPTY): S.JOINING for s in _ALIVE},
+    (S.FENCED, E.LOST): S.JOINING,
+    **{(s, E.FATAL_ERROR): S.FATAL for s in _ALIVE},
+    **{(s, E.LEAVE): S.LEAVING for s in (*_ALIVE, S.FENCED, S.LEAVING)},
+    (S.LEAVING, E.LEFT): S.UNSUBSCRIBED,
+    # FATAL: no entry; the member is done for good.
 }
 # States in which the member holds a generation and heartbeats to keep it: also while the
 # app revokes before rejoining (Java's heartbeat thread runs through onJoinPrepare), but
@@ -225,7 +267,7 @@ class ClassicGroupMember:
         was = self.state
         self._resubscribe = False
         self._rejoin_needed = False
-        self._to(S.LEAVING)
+        self._fire(E.LEAVE)
         # KIP-345: a static member "will not send leave group request when they go
         # offline"; a member that never got an id, or was fenced, has nothing to tell.
         if self.instance_id is not None or not self.member_id or was is S.FENCED:
@@ -247,7 +289,7 @@ class ClassicGroupMember:
         self.owned = frozenset()
         self._stale = frozenset()
         if self.state is S.FENCED:
-            self._to(S.JOINING)
+            self._fire(E.LOST)
             self._retry_at = now
 
     def set_metadata(self, partitions: dict[str, int], now: float = 0) -> None:
@@ -394,7 +436,7 @@ class ClassicGroupMember:
             self.next_heartbeat_ms = now + min(self._backoff(), self.heartbeat_interval_ms)
         elif self.state in (S.JOINING, S.SYNCING):
             # AbstractCoordinator: a failed SyncGroup restarts the rebalance from JoinGroup.
-            self._to(S.JOINING)
+            self._fire(E.REJOIN)
             self._retry_at = now + self._backoff()
 
     # ------------------------------------------------------------------ JoinGroup
@@ -469,7 +511,7 @@ class ClassicGroupMember:
         self._metadata_snapshot = None
         if not self.is_leader:
             self.group_topics = frozenset()
-            self._to(S.SYNCING)  # a follower's SyncGroup is empty
+            self._fire(E.JOINED)  # a follower's SyncGroup is empty
             return
         self._subscriptions, self._versions = [], {}
         for m in resp.members:
@@ -489,12 +531,12 @@ class ClassicGroupMember:
             # (Java takes assignmentSnapshot = metadataSnapshot here): `needs_metadata` asks
             # the driver for them before the SyncGroup. Taking them later, at the first
             # metadata refresh, missed partitions added in between (simulator, seed 399).
-            self._to(S.SYNCING)
+            self._fire(E.JOINED)
         elif not self.group_topics:
-            self._to(S.ASSIGNING)
+            self._fire(E.JOINED_AS_LEADER)
             self._assign({}, now)
         else:
-            self._to(S.ASSIGNING)
+            self._fire(E.JOINED_AS_LEADER)
 
     def _assign(self, counts: dict[str, int], now: float) -> None:
         assignor = self._assignor(self.protocol_name)
@@ -502,7 +544,7 @@ class ClassicGroupMember:
         self._assignments = [{"member_id": mid, "assignment": encode_assignment(parts, self._versions.get(mid, 0))}
                              for mid, parts in result.items()]
         self._metadata_snapshot = counts
-        self._to(S.SYNCING)
+        self._fire(E.ASSIGNED)
         self._retry_at = now
 
     # ------------------------------------------------------------------ SyncGroup
@@ -525,11 +567,11 @@ class ClassicGroupMember:
             self._fatal(KafkaError(code, "SyncGroup"))
         elif code == ErrorCode.rebalance_in_progress:
             # "The group began another rebalance. Need to re-join the group."
-            self._to(S.JOINING)
+            self._fire(E.REJOIN)
             self._retry_at = now
         else:
             self._failures += 1
-            self._to(S.JOINING)
+            self._fire(E.REJOIN)
             self._retry_at = now + self._backoff()
 
     def _synced(self, resp, now: float) -> None:
@@ -568,7 +610,7 @@ class ClassicGroupMember:
         if self.owned == assigned:
             self._reconciled(now)
         else:
-            self._to(S.RECONCILING)
+            self._fire(E.SYNCED)
 
     # ------------------------------------------------------------------ Heartbeat
 
@@ -634,12 +676,12 @@ class ClassicGroupMember:
         """Java's onJoinPrepare: revoke what must go (eager: everything), then JoinGroup."""
         self._rejoin_needed = False
         self._reason = reason
-        self._to(S.PREPARING)
+        self._fire(E.PREPARE)
         self._maybe_join(now)
 
     def _maybe_join(self, now: float) -> None:
         if self.state is S.PREPARING and not self.to_revoke():
-            self._to(S.JOINING)
+            self._fire(E.READY_TO_JOIN)
             self._retry_at = now
 
     def _after_step(self, now: float) -> None:
@@ -652,7 +694,7 @@ class ClassicGroupMember:
         if self._rejoin_needed:
             self._prepare(now, self._reason or "rejoin requested")
         else:
-            self._to(S.STABLE)
+            self._fire(E.RECONCILED)
 
     def _fence(self, now: float, *, reset_member_id: bool) -> None:
         """The coordinator no longer counts us in our generation: our partitions are lost.
@@ -669,14 +711,14 @@ class ClassicGroupMember:
         if reset_member_id:
             self.member_id = ""
         if self.owned:
-            self._to(S.FENCED)
+            self._fire(E.FENCED)
         else:
-            self._to(S.JOINING)  # nothing to lose: join again at once
+            self._fire(E.FENCED_EMPTY)  # nothing to lose: join again at once
             self._retry_at = now
 
     def _fatal(self, error: KafkaError) -> None:
         self.error = error
-        self._to(S.FATAL)
+        self._fire(E.FATAL_ERROR)
 
     def _left(self, now: float) -> None:
         self.generation = NO_GENERATION
@@ -686,13 +728,14 @@ class ClassicGroupMember:
         self.is_leader = False
         self.group_topics = frozenset()
         self._metadata_snapshot = None
-        self._to(S.UNSUBSCRIBED)
+        self._fire(E.LEFT)
         if self._resubscribe:
             self._resubscribe = False
             self._prepare(now, "subscribed")
 
-    def _to(self, state: State) -> None:
-        if state is self.state:
-            return
-        assert state in TRANSITIONS[self.state], f"illegal classic member transition {self.state} -> {state}"
-        self.state = state
+    def _fire(self, event: Event) -> None:
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise IllegalTransition(f"illegal classic member transition: {self.state.name} has no entry "
+                                    f"for {event.name}")
+        self.state = new

@@ -20,6 +20,16 @@ coordinator keeps its assignment for the session timeout).
 
 The member speaks topic ids only; the driver maps them to names with metadata. Time
 is the caller's: every method that needs it takes `now` in milliseconds.
+
+States move only by `_fire(event)`, through the table `TRANSITIONS` keyed by (state,
+event) as h11's `_state.py` is (DESIGN principle 3). The events are the member's inputs:
+the app (subscribe/lost: JOIN, leave: LEAVE, a finished reconciliation step: RECONCILED)
+and the coordinator's answers (a new target: TARGET_CHANGED, owned equals target but not
+yet reported: RECONCILED_IN_FLIGHT, owned equals target and reported: ACKNOWLEDGED,
+FENCED_MEMBER_EPOCH/UNKNOWN_MEMBER_ID: FENCED, a fatal error: FATAL_ERROR, the leave's
+answer: LEFT). An event with no entry for the current state raises `IllegalTransition`:
+the driver fed the member something its state cannot take (say, an assignment before it
+ever joined), which is a bug on our side, not something to ignore.
 """
 
 from __future__ import annotations
@@ -69,20 +79,41 @@ class State(Enum):
     FATAL = "fatal"
 
 
-# Legal transitions (DESIGN: transitions as tables); `_to` asserts against it.
-TRANSITIONS: dict[State, frozenset[State]] = {
-    State.UNSUBSCRIBED: frozenset({State.JOINING, State.FATAL}),
-    State.JOINING: frozenset({State.RECONCILING, State.ACKNOWLEDGING, State.STABLE, State.FENCED, State.FATAL,
-                              State.LEAVING, State.JOINING}),
-    State.RECONCILING: frozenset({State.ACKNOWLEDGING, State.FENCED, State.FATAL, State.LEAVING, State.RECONCILING,
-                                  State.JOINING}),
-    State.ACKNOWLEDGING: frozenset({State.STABLE, State.RECONCILING, State.FENCED, State.FATAL, State.LEAVING,
-                                    State.JOINING}),
-    State.STABLE: frozenset({State.RECONCILING, State.ACKNOWLEDGING, State.FENCED, State.FATAL, State.LEAVING,
-                             State.JOINING}),
-    State.FENCED: frozenset({State.JOINING, State.FATAL, State.LEAVING, State.UNSUBSCRIBED}),
-    State.LEAVING: frozenset({State.UNSUBSCRIBED, State.FATAL}),
-    State.FATAL: frozenset(),
+class Event(Enum):
+    """The member's inputs: the keys of `TRANSITIONS` besides the state."""
+
+    JOIN = "join"  # subscribe() while not a member, or lost() after fencing: join with epoch 0
+    TARGET_CHANGED = "target-changed"  # a heartbeat answer whose target differs from what is owned
+    RECONCILED_IN_FLIGHT = "reconciled-in-flight"  # owned == target, not yet reported: acknowledge
+    ACKNOWLEDGED = "acknowledged"  # owned == target == what the last heartbeat reported
+    RECONCILED = "reconciled"  # the app's revoke/assign step made owned == target
+    FENCED = "fenced"  # FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: the partitions are lost
+    FATAL_ERROR = "fatal-error"  # an error Java's ConsumerMembershipManager treats as fatal
+    LEAVE = "leave"  # leave(): the next heartbeat carries epoch -1 (or -2)
+    LEFT = "left"  # the leave heartbeat was answered or failed, or there was nobody to tell
+
+
+class IllegalTransition(AssertionError):
+    """An event the member's current state has no entry for (h11's LocalProtocolError):
+    our own driver broke the protocol, never the coordinator."""
+
+
+_S, _E = State, Event
+_ANSWERED = (_S.JOINING, _S.RECONCILING, _S.ACKNOWLEDGING, _S.STABLE)  # states a heartbeat answer finds
+# (state, event) -> new state (DESIGN: transitions as tables; Java's MemberState valid moves).
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (_S.UNSUBSCRIBED, _E.JOIN): _S.JOINING,
+    (_S.FENCED, _E.JOIN): _S.JOINING,
+    **{(s, _E.TARGET_CHANGED): _S.RECONCILING for s in _ANSWERED},
+    **{(s, _E.RECONCILED_IN_FLIGHT): _S.ACKNOWLEDGING for s in _ANSWERED},
+    # Not from RECONCILING: the member owes the app's step (it has owned != target).
+    **{(s, _E.ACKNOWLEDGED): _S.STABLE for s in (_S.JOINING, _S.ACKNOWLEDGING, _S.STABLE)},
+    (_S.RECONCILING, _E.RECONCILED): _S.ACKNOWLEDGING,
+    **{(s, _E.FENCED): _S.FENCED for s in _ANSWERED},
+    **{(s, _E.FATAL_ERROR): _S.FATAL for s in State if s is not _S.FATAL},
+    **{(s, _E.LEAVE): _S.LEAVING for s in (*_ANSWERED, _S.FENCED, _S.LEAVING)},
+    (_S.LEAVING, _E.LEFT): _S.UNSUBSCRIBED,
+    # FATAL: no entry; the member is done for good.
 }
 
 
@@ -130,13 +161,13 @@ class ConsumerGroupMember:
         if self.state in (State.UNSUBSCRIBED, State.FATAL):
             return
         if self.state is State.JOINING and self.epoch == 0 and not self.in_flight and self._sent_owned is None:
-            self._to(State.LEAVING)
-            self._to(State.UNSUBSCRIBED)  # never joined: nothing to tell the coordinator
+            self._fire(Event.LEAVE)
+            self._fire(Event.LEFT)  # never joined: nothing to tell the coordinator
             return
         # KIP-345: a static member leaves with -2 so the coordinator keeps its place.
         self._leave_epoch = STATIC_LEAVE_EPOCH if self.instance_id else LEAVE_EPOCH
         self._leave_sent = False
-        self._to(State.LEAVING)
+        self._fire(Event.LEAVE)
         self.next_heartbeat_ms = now
 
     def revoked(self, partitions, *, now: float = 0) -> None:
@@ -238,7 +269,7 @@ class ConsumerGroupMember:
         if self.state is State.LEAVING:
             if not self._leave_sent:
                 return  # the answer to a heartbeat sent before leave(): the leave is still due
-            self._to(State.UNSUBSCRIBED)
+            self._fire(Event.LEFT)
             self.epoch = 0
             self.target = None
             return
@@ -258,13 +289,13 @@ class ConsumerGroupMember:
         if self.target is None:
             return  # joined but no assignment yet; stay JOINING until one arrives
         if self.owned != self.target:
-            self._to(State.RECONCILING)
+            self._fire(Event.TARGET_CHANGED)
         elif self.owned != self._sent_owned:
             # Reconciled while this heartbeat was in flight: acknowledge at once.
-            self._to(State.ACKNOWLEDGING)
+            self._fire(Event.RECONCILED_IN_FLIGHT)
             self.next_heartbeat_ms = now
         else:
-            self._to(State.STABLE)
+            self._fire(Event.ACKNOWLEDGED)
 
     def on_failure(self, api: int, error: KafkaError, now: float) -> None:
         """The heartbeat got no answer (disconnect, timeout)."""
@@ -273,7 +304,7 @@ class ConsumerGroupMember:
             return  # a heartbeat sent before leave() failed: the leave is still due
         if self.state is State.LEAVING:
             # Kafka does not retry a leave: the session timeout removes the member anyway.
-            self._to(State.UNSUBSCRIBED)
+            self._fire(Event.LEFT)
             return
         self._full = True  # the coordinator may not have seen what we sent
         self._failures += 1
@@ -284,10 +315,10 @@ class ConsumerGroupMember:
         if code in FENCED:
             self.epoch = 0
             self.target = None
-            self._to(State.FENCED)
+            self._fire(Event.FENCED)
         elif code in FATAL:
             self.error = error
-            self._to(State.FATAL)
+            self._fire(Event.FATAL_ERROR)
         elif code in RETRY or code in COORDINATOR_MOVED:
             self._full = True
             self._failures += 1
@@ -301,7 +332,7 @@ class ConsumerGroupMember:
 
     def _after_reconcile_step(self, now: float) -> None:
         if self.target is not None and self.owned == self.target and self.state is State.RECONCILING:
-            self._to(State.ACKNOWLEDGING)
+            self._fire(Event.RECONCILED)
             self.next_heartbeat_ms = now  # KIP-848: acknowledge at once
 
     def _rejoin(self) -> None:
@@ -310,10 +341,10 @@ class ConsumerGroupMember:
         self._full = True
         self._sent_owned = None
         self._sent_subscription = None
-        self._to(State.JOINING)
+        self._fire(Event.JOIN)
 
-    def _to(self, state: State) -> None:
-        if state is self.state:
-            return
-        assert state in TRANSITIONS[self.state], f"illegal member transition {self.state} -> {state}"
-        self.state = state
+    def _fire(self, event: Event) -> None:
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise IllegalTransition(f"illegal member transition: {self.state.name} has no entry for {event.name}")
+        self.state = new

@@ -31,6 +31,15 @@ Theory of operation:
     the place of the last consumer-protocol member (same group.instance.id, as in a
     rolling downgrade of static members), the group becomes classic with no rebalance:
     the newcomer syncs at generation = its epoch and gets its predecessor's assignment.
+
+Who calls what: coordinator/dispatch.py looks at the group's type and sends here a
+ConsumerGroupHeartbeat for a classic group (`upgrade`), the classic requests of a
+consumer group's classic members (`join`, `sync`, `classic_heartbeat`, `leave`), and the
+removal of a member whose removal converts the group (`downgrade_applies`, `downgrade`).
+This module imports only the public handlers of classic/ and consumer/, and they never
+import it. The timers it arms (a classic member's join and sync deadlines, a converted
+member's session) run the `fence` function dispatch passes in, so that a member expiring
+later may still downgrade the group.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from ..protocol.errors import (
     UNRELEASED_INSTANCE_ID,
 )
 from . import records as R
-from .classic.join import JoinRequest
+from .classic.join import JoinRequest, validate
 from .classic.leave import LeaveIdentity
 from .classic.model import ClassicGroup, ClassicMember, ClassicState, Reply
 from .classic.rebalance import (
@@ -58,16 +67,17 @@ from .classic.rebalance import (
 from .classic.sync import ClassicHeartbeat, SyncRequest, check_generation
 from .consumer.assignment import partition_metadata_record, subscribed_topics
 from .consumer.heartbeat import (
+    Fence,
     HeartbeatRequest,
-    _heartbeat,
     arm_timers,
     cancel_member_timers,
-    expire_op,
-    heartbeat,
+    fence_op,
+    member_heartbeat,
     remove_member_records,
     schedule_session,
 )
 from .consumer.model import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState
+from .consumer.regex import dropped_regexes
 from .consumer_protocol import (
     decode_assignment,
     decode_subscription,
@@ -82,10 +92,19 @@ from .shard import Result, Shard, Then
 CONSUMER = "consumer"
 
 
+class UpgradeRefused(Exception):
+    """A non-empty classic group that cannot become a consumer group right now (its
+    members' assignments are not settled, or their metadata cannot be read). The
+    heartbeat gets GROUP_ID_NOT_FOUND, as in Kafka, and may try again later."""
+
+
 # --- upgrade: classic -> consumer --------------------------------------------------------------
 
 
-def upgrade(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+def upgrade(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fence) -> list[R.CoordinatorRecord]:
+    """The records converting the classic group of `req` into a consumer group, for a
+    ConsumerGroupHeartbeat (already validated) joining it; raises CoordinatorError when it
+    may not. The caller runs the heartbeat once they are written (dispatch.py)."""
     gid = req.group_id
     classic = shard.classic_groups[gid]
     if req.member_epoch != 0:
@@ -106,8 +125,11 @@ def upgrade(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
             # (simulator, seed 673). Kafka converts and joins in one atomic operation.
             raise CoordinatorError(UNRELEASED_INSTANCE_ID, f"Static member {classic.static_members[req.instance_id]} "
                                    f"with instance id {req.instance_id} is present in the classic group.")
-        records = _conversion_records(shard, classic, now_ms)
-    return Result(records, Then(lambda s, now: heartbeat(s, req, now)))
+        try:
+            records = _conversion_records(shard, classic, now_ms, fence)
+        except UpgradeRefused as exc:
+            raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Classic group {gid} cannot be upgraded: {exc}") from None
+    return records
 
 
 def _names_to_ids(shard: Shard, parts: dict[str, frozenset[int]]) -> dict:
@@ -128,40 +150,45 @@ def _ids_to_names(shard: Shard, parts) -> dict[str, list[int]]:
     return out
 
 
-def _conversion_records(shard: Shard, classic: ClassicGroup, now_ms: int) -> list[R.CoordinatorRecord]:
+def _converted_member(shard: Shard, classic: ClassicGroup, m: ClassicMember) -> ConsumerMember:
+    """The consumer-group member a classic member becomes (Kafka's fromClassicGroup), or
+    UpgradeRefused while what it holds is not settled."""
+    gen = classic.generation
+    meta = m.metadata(classic.protocol_name) if classic.protocol_name else (m.protocols[0][1] if m.protocols else None)
+    try:
+        sub = decode_subscription(meta or b"")
+        if not m.assignment:
+            # Between generations (a rebalance reset the assignments, or the first one has
+            # not completed) nobody knows what a cooperative member still holds: converting
+            # would risk handing its partitions to someone else. Kafka refuses the upgrade
+            # too (GROUP_ID_NOT_FOUND).
+            raise UpgradeRefused(f"member {m.member_id} has no assignment yet (the group is between "
+                                 "generations); retry once its rebalance completes")
+        assigned = _names_to_ids(shard, decode_assignment(m.assignment))
+    except RecordError as exc:  # Kafka: a SchemaException refuses the upgrade (GROUP_ID_NOT_FOUND)
+        raise UpgradeRefused(str(exc)) from None
+    owned = _names_to_ids(shard, sub.owned)
+    if any(ps - assigned.get(t, frozenset()) for t, ps in owned.items()):
+        # KIP-429: a cooperative member revokes what its new assignment lacks after the
+        # SyncGroup, then rejoins; until then it still consumes those partitions. The
+        # conversion takes the assignment as what a member holds, so the consumer group
+        # would hand them on at once (the simulator caught a second owner committing
+        # behind the first, seed 13). Kafka's fromClassicGroup has the same gap.
+        raise UpgradeRefused(f"member {m.member_id} is still revoking partitions (a cooperative rebalance is "
+                             "under way); retry once it completes")
+    return ConsumerMember(
+        member_id=m.member_id, instance_id=m.instance_id, rack_id=sub.rack_id, client_id=m.client_id,
+        client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
+        rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=gen, previous_member_epoch=gen,
+        state=MemberState.STABLE, assigned={t: dict.fromkeys(ps, gen) for t, ps in assigned.items() if ps},
+        classic=ClassicMeta(m.session_timeout_ms, m.protocols),
+    )
+
+
+def _conversion_records(shard: Shard, classic: ClassicGroup, now_ms: int, fence: Fence) -> list[R.CoordinatorRecord]:
     gid = classic.group_id
     gen = classic.generation
-    members = []
-    try:
-        for m in classic.members.values():
-            meta = m.metadata(classic.protocol_name) if classic.protocol_name else (m.protocols[0][1] if m.protocols else None)
-            sub = decode_subscription(meta or b"")
-            if not m.assignment:
-                # Between generations (a rebalance reset the assignments, or the first one
-                # has not completed) nobody knows what a cooperative member still holds:
-                # converting would risk handing its partitions to someone else. Kafka
-                # refuses the upgrade too (GROUP_ID_NOT_FOUND).
-                raise RecordError(f"member {m.member_id} has no assignment yet (the group is between "
-                                  "generations); retry once its rebalance completes")
-            assigned = _names_to_ids(shard, decode_assignment(m.assignment))
-            owned = _names_to_ids(shard, sub.owned)
-            if any(ps - assigned.get(t, frozenset()) for t, ps in owned.items()):
-                # KIP-429: a cooperative member revokes what its new assignment lacks after the
-                # SyncGroup, then rejoins; until then it still consumes those partitions. The
-                # conversion takes the assignment as what a member holds, so the consumer group
-                # would hand them on at once (the simulator caught a second owner committing
-                # behind the first, seed 13). Kafka's fromClassicGroup has the same gap.
-                raise RecordError(f"member {m.member_id} is still revoking partitions (a cooperative rebalance "
-                                  "is under way); retry once it completes")
-            members.append(ConsumerMember(
-                member_id=m.member_id, instance_id=m.instance_id, rack_id=sub.rack_id, client_id=m.client_id,
-                client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
-                rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=gen, previous_member_epoch=gen,
-                state=MemberState.STABLE, assigned={t: dict.fromkeys(ps, gen) for t, ps in assigned.items() if ps},
-                classic=ClassicMeta(m.session_timeout_ms, m.protocols),
-            ))
-    except RecordError as exc:
-        raise CoordinatorError(GROUP_ID_NOT_FOUND, f"Classic group {gid} cannot be upgraded: {exc}") from None
+    members = [_converted_member(shard, classic, m) for m in classic.members.values()]
     # Parked classic requests: their members rejoin through the consumer group.
     for m in classic.members.values():
         if m.join_reply is not None:
@@ -179,7 +206,7 @@ def _conversion_records(shard: Shard, classic: ClassicGroup, now_ms: int) -> lis
     records.append(R.target_epoch(gid, gen))
     records += [R.current_assignment(gid, m) for m in members]
     for m in members:
-        arm_timers(shard, gid, m, now_ms)
+        arm_timers(shard, gid, m, now_ms, fence)
     return records
 
 
@@ -191,8 +218,13 @@ def _join_error(shard: Shard, reply: Reply, code: int, member_id: str = "") -> R
     return Result([], None)
 
 
-def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now_ms: int) -> Result:
+def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now_ms: int, fence: Fence) -> Result:
+    """JoinGroup for a consumer group with members (Kafka's classicGroupJoinToConsumerGroup)."""
     gid = group.group_id
+    try:
+        validate(shard, req)  # the same request checks as a classic group's JoinGroup
+    except CoordinatorError as exc:
+        return _join_error(shard, reply, exc.code, req.member_id)
     if req.protocol_type != CONSUMER or not req.protocols or not _supports(group, req):
         return _join_error(shard, reply, INCONSISTENT_GROUP_PROTOCOL, req.member_id)
     mid = req.member_id
@@ -232,12 +264,12 @@ def join(shard: Shard, group: ConsumerGroup, req: JoinRequest, reply: Reply, now
         client_id=req.client_id, client_host=req.client_host, classic=ClassicMeta(req.session_timeout_ms, req.protocols),
     )
     try:
-        result = _heartbeat(shard, hreq, now_ms)
+        result = member_heartbeat(shard, hreq, now_ms, fence)
     except CoordinatorError as exc:
         return _join_error(shard, reply, exc.code, mid)
     shard.timer.cancel(("classic-join", gid, mid))
     shard.timer.schedule(("classic-sync", gid, mid), now_ms + req.rebalance_timeout_ms,
-                         expire_op(gid, mid))  # did not sync within its rebalance timeout
+                         fence_op(fence, gid, mid))  # did not sync within its rebalance timeout
     shard.respond(reply, {
         "error_code": NONE, "generation_id": result.response["member_epoch"], "protocol_type": CONSUMER,
         "protocol_name": req.protocols[0][0], "leader": "", "skip_assignment": False, "member_id": mid, "members": [],
@@ -264,7 +296,7 @@ def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str | Non
     return member
 
 
-def _rebalance_needed(shard: Shard, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> bool:
+def _rebalance_needed(shard: Shard, group: ConsumerGroup, member: ConsumerMember, now_ms: int, fence: Fence) -> bool:
     needed = (
         member.member_epoch < group.group_epoch
         or member.state is MemberState.UNREVOKED_PARTITIONS
@@ -274,7 +306,7 @@ def _rebalance_needed(shard: Shard, group: ConsumerGroup, member: ConsumerMember
     if needed and key not in shard.timer:
         gid, mid = group.group_id, member.member_id
         # it must rejoin within its rebalance timeout, or it is fenced
-        shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0), expire_op(gid, mid))
+        shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0), fence_op(fence, gid, mid))
     return needed
 
 
@@ -288,7 +320,7 @@ def _waiting_on_unreleased(group: ConsumerGroup, member: ConsumerMember) -> bool
     return False
 
 
-def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now_ms: int) -> Result:
+def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now_ms: int, fence: Fence) -> Result:
     try:
         member = _classic_member(group, req.member_id, req.instance_id)
         check_generation(req.generation, member.member_epoch)
@@ -296,14 +328,14 @@ def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now
                 req.protocol_name is not None and req.protocol_name != member.classic.protocols[0][0]):
             raise CoordinatorError(INCONSISTENT_GROUP_PROTOCOL, "The protocol type or name does not match the member's.")
         if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-            _rebalance_needed(shard, group, member, now_ms)
+            _rebalance_needed(shard, group, member, now_ms, fence)
             raise CoordinatorError(REBALANCE_IN_PROGRESS, "The group epoch moved: rejoin.")
     except CoordinatorError as exc:
         shard.respond(reply, sync_error(exc.code))
         return Result([], None)
     gid = group.group_id
     shard.timer.cancel(("classic-sync", gid, member.member_id))
-    schedule_session(shard, gid, member, now_ms)
+    schedule_session(shard, gid, member, now_ms, fence)
     names = _ids_to_names(shard, member.assigned)
     version = metadata_version(member.classic.protocols[0][1] if member.classic.protocols else None)
     shard.respond(reply, {"error_code": NONE, "protocol_type": req.protocol_type, "protocol_name": req.protocol_name,
@@ -311,14 +343,15 @@ def sync(shard: Shard, group: ConsumerGroup, req: SyncRequest, reply: Reply, now
     return Result([], None)
 
 
-def classic_heartbeat(shard: Shard, group: ConsumerGroup, req: ClassicHeartbeat, now_ms: int) -> Result:
+def classic_heartbeat(shard: Shard, group: ConsumerGroup, req: ClassicHeartbeat, now_ms: int,
+                      fence: Fence) -> Result:
     try:
         member = _classic_member(group, req.member_id, req.instance_id)
         check_generation(req.generation, member.member_epoch)
     except CoordinatorError as exc:
         return Result([], {"error_code": exc.code})
-    schedule_session(shard, group.group_id, member, now_ms)
-    if _rebalance_needed(shard, group, member, now_ms):
+    schedule_session(shard, group.group_id, member, now_ms, fence)
+    if _rebalance_needed(shard, group, member, now_ms, fence):
         return Result([], {"error_code": REBALANCE_IN_PROGRESS})
     return Result([], {"error_code": NONE})
 
@@ -349,17 +382,28 @@ def leave(shard: Shard, group: ConsumerGroup, identities: tuple[LeaveIdentity, .
 # --- downgrade: consumer -> classic --------------------------------------------------------------
 
 
-def downgrade_if_possible(shard: Shard, group: ConsumerGroup, leaving_mid: str, now_ms: int):
-    """Records converting the group to a classic one as `leaving_mid` goes, or None if it stays."""
+def downgrade_applies(shard: Shard, group: ConsumerGroup, leaving_mid: str) -> bool:
+    """Does removing `leaving_mid` convert the group to a classic one? Yes when it is the
+    last consumer-protocol member, the others are classic members, and the policy and
+    `group.max.size` allow it (Kafka's validateOnlineDowngradeWithFencedMembers)."""
     leaving = group.members.get(leaving_mid)
     others = [m for m in group.members.values() if m.member_id != leaving_mid]
     if leaving is None or leaving.classic is not None or not others or any(m.classic is None for m in others):
-        return None
-    if not shard.config.allows_downgrade() or len(others) > shard.config.classic_max_size:
-        return None
+        return False
+    return shard.config.allows_downgrade() and len(others) <= shard.config.classic_max_size
+
+
+def downgrade(shard: Shard, group: ConsumerGroup, leaving_mid: str, now_ms: int) -> Result:
+    """Remove `leaving_mid` by converting the group to a classic group of the others, which
+    rebalances (`downgrade_applies` said so)."""
+    cancel_member_timers(shard, group.group_id, leaving_mid)
+    others = [m for m in group.members.values() if m.member_id != leaving_mid]
     classic, records = _to_classic(shard, group, others, now_ms)
     # The classic members learn of the new generation by REBALANCE_IN_PROGRESS and rejoin.
-    return records + prepare_rebalance(shard, classic, now_ms)
+    records += prepare_rebalance(shard, classic, now_ms)
+    # The group's regex resolutions go first, while it still exists (Kafka's
+    # createGroupTombstoneRecords includes them).
+    return Result(dropped_regexes(group, group.members.values()) + records, None)
 
 
 def _downgrade_if_all_classic(shard: Shard, gid: str, now_ms: int) -> Result:
@@ -381,7 +425,9 @@ def _to_classic(shard: Shard, group: ConsumerGroup, others: list[ConsumerMember]
     records.append(R.target_epoch_tombstone(gid))
     records += [R.member_tombstone(gid, mid) for mid in group.members]
     records += [R.partition_metadata_tombstone(gid), R.group_tombstone(gid)]
-    classic = ClassicGroup(gid, now_ms)
+    # A conversion creates the classic group as Kafka's ClassicGroup.fromConsumerGroup does:
+    # Stable at the group epoch (being created is not a transition, classic/model.py).
+    classic = ClassicGroup(gid, now_ms, state=ClassicState.STABLE)
     classic.generation = group.group_epoch
     classic.protocol_type = CONSUMER
     for m in others:
@@ -395,9 +441,11 @@ def _to_classic(shard: Shard, group: ConsumerGroup, others: list[ConsumerMember]
         cm = classic.members[m.member_id]
         cm.assignment = encode_assignment(_ids_to_names(shard, group.target.get(m.member_id, {})),
                                           metadata_version(cm.metadata(classic.protocol_name)))
-    # A conversion creates the classic group as Kafka does, Stable at the group epoch.
-    classic.state = ClassicState.STABLE
     records.append(R.classic_group(classic))
+    # Kafka's convertToClassicGroup puts the group in place itself ("Directly update the
+    # states instead of replaying the records because the classicGroup reference is needed
+    # for triggering the rebalance"): a classic group's record is replayed only on load
+    # (shard.py), and it carries only the selected protocol of each member.
     shard.classic_groups[gid] = classic
     for mid in group.members:
         cancel_member_timers(shard, gid, mid)

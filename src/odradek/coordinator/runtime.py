@@ -46,8 +46,9 @@ from .classic.rebalance import (
     sync_error,
 )
 from .config import CoordinatorConfig
-from .consumer.heartbeat import arm_timers, assign_if_needed, refresh_metadata
+from .consumer.heartbeat import assign_if_needed, refresh_metadata
 from .deferred import Deferred, DeferredQueue
+from .dispatch import arm_member_timers
 from .errors import CoordinatorUnavailable, error_code_for
 from .image import MetadataImage
 from .offsets import expire_offsets
@@ -319,7 +320,8 @@ class CoordinatorRuntime:
         # rebalance timeout; groups whose topics changed meanwhile get a new epoch.
         for group in list(shard.consumer_groups.values()):
             for member in group.members.values():
-                arm_timers(shard, group.group_id, member, now_ms)
+                # Through dispatch: the timer may downgrade a mixed group (KIP-848 "Online Migration").
+                arm_member_timers(shard, group.group_id, member, now_ms)
             self._write(shard, refresh_metadata(shard, group) or assign_if_needed(shard, group), now_ms)
         # Classic groups resume as of their last completed rebalance; every member gets a
         # fresh session (consumer-0.9 design "Coordinator failover").

@@ -205,7 +205,7 @@ class Shard:
         if v is None:
             group = self.classic_groups.pop(gid, None)
             if group is not None and not group.is_(ClassicState.DEAD):
-                group.transition(ClassicState.DEAD, group.state_timestamp)
+                group.mark_deleted(group.state_timestamp)
             return
         if not self.loading:
             return  # a snapshot of the in-memory group that wrote it (classic/model.py)

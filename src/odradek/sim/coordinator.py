@@ -8,7 +8,7 @@ parks (JoinGroup, SyncGroup), translated by the handler's own functions and run 
 reply callback of ours; the answer is encoded by `encode_response`. The runtime is the
 real `CoordinatorRuntime`: its records are encoded with the real record codec and kept in
 a list per `__consumer_offsets` partition, which is what a crash leaves behind and what a
-restart replays (`load_bytes`, as the broker loads its log).
+restart replays (`on_election`, as a broker that becomes coordinator loads its log).
 
 Each link's requests are handled in arrival order, and a parked request holds back the ones
 behind it until it is answered, as the broker mutes a connection. A crash forgets every
@@ -34,9 +34,8 @@ from odradek.broker.handlers.classic_group import (
 from odradek.broker.handlers.consumer_group import consumer_group_heartbeat
 from odradek.broker.handlers.offsets import offset_commit, offset_fetch
 from odradek.broker.registry import supported_versions
+from odradek.coordinator import dispatch
 from odradek.coordinator import records as R
-from odradek.coordinator.classic.join import join
-from odradek.coordinator.classic.sync import sync
 from odradek.coordinator.config import CoordinatorConfig
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.runtime import CoordinatorRuntime
@@ -104,7 +103,7 @@ class SimCoordinator:
         self.crashes = 0
         self.runtime = self._new_runtime()
         for p in self.log:
-            self.runtime.load_bytes(p, [], clock())
+            self.runtime.on_election(p, 0, clock())
         self.coordinator = _CoordinatorView(self.runtime)
 
     def _new_runtime(self) -> CoordinatorRuntime:
@@ -141,8 +140,10 @@ class SimCoordinator:
         self.runtime = self._new_runtime()
         self.coordinator = _CoordinatorView(self.runtime)
         now = self.clock()
-        for p, pairs in self.log.items():
-            self.runtime.load_bytes(p, list(pairs), now)
+        for p in self.log:
+            # Each restart is a new leadership of every partition (a higher epoch), loaded
+            # by replaying its log: the path a broker takes when it becomes coordinator.
+            self.runtime.on_election(p, self.crashes, now)
         self.up = True
 
     def replayed_shard(self, partition: int) -> Shard:
@@ -185,12 +186,12 @@ class SimCoordinator:
                 req = join_request(request)
 
                 def op(shard, reply, now, req=req):
-                    return join(shard, req, reply, now)
+                    return dispatch.join_group(shard, req, reply, now)
             else:
                 req = sync_request(request)
 
                 def op(shard, reply, now, req=req):
-                    return sync(shard, req, reply, now)
+                    return dispatch.sync_group(shard, req, reply, now)
 
             def reply(response: dict, request=request, link=link, runtime=self.runtime) -> None:
                 if runtime is not self.runtime:

@@ -9,12 +9,15 @@ import pytest
 
 from odradek.coordinator.classic.model import (
     CLASSIC_TRANSITIONS,
+    ClassicEvent,
     ClassicGroup,
     ClassicMember,
     ClassicState,
+    IllegalTransition,
 )
 
 S = ClassicState
+E = ClassicEvent
 
 # Kafka's ClassicGroupState valid previous states, written out as the moves they allow.
 KAFKA_MOVES = {
@@ -42,25 +45,74 @@ def group_in(state: ClassicState) -> ClassicGroup:
 
 
 def test_the_table_is_kafkas():
-    assert {(a, b) for a, targets in CLASSIC_TRANSITIONS.items() for b in targets} == KAFKA_MOVES
+    assert {(a, b) for (a, _event), b in CLASSIC_TRANSITIONS.items()} == KAFKA_MOVES
+
+
+def _events_from(src, dst):
+    return [e for e in ClassicEvent if CLASSIC_TRANSITIONS.get((src, e)) is dst]
 
 
 @pytest.mark.parametrize(("src", "dst"), sorted(KAFKA_MOVES, key=lambda m: (m[0].value, m[1].value)))
 def test_allowed_move(src, dst):
-    g = group_in(src)
-    g.transition(dst, now_ms=42)
-    assert g.state is dst
-    assert g.previous_state is src
-    assert g.state_timestamp == 42
+    events = _events_from(src, dst)
+    assert events  # some event makes the move
+    for event in events:
+        g = group_in(src)
+        g.transition(event, now_ms=42)
+        assert g.state is dst
+        assert g.previous_state is src
+        assert g.state_timestamp == 42
 
 
 @pytest.mark.parametrize(("src", "dst"), [m for m in ALL_MOVES if m not in KAFKA_MOVES])
 def test_disallowed_move_raises(src, dst):
+    assert not _events_from(src, dst)  # no event makes the move
+    for event in ClassicEvent:
+        if (src, event) in CLASSIC_TRANSITIONS:
+            continue
+        g = group_in(src)
+        with pytest.raises(AssertionError):
+            g.transition(event, now_ms=42)
+        assert g.state is src  # nothing changed
+        assert g.state_timestamp == 5
+
+
+@pytest.mark.parametrize(("src", "event"), sorted(CLASSIC_TRANSITIONS, key=lambda k: (k[0].value, k[1].value)))
+def test_every_entry_goes_where_the_table_says(src, event):
     g = group_in(src)
-    with pytest.raises(AssertionError):
-        g.transition(dst, now_ms=42)
-    assert g.state is src  # nothing changed
-    assert g.state_timestamp == 5
+    g.transition(event, now_ms=42)
+    assert g.state is CLASSIC_TRANSITIONS[(src, event)]
+    assert g.previous_state is src and g.state_timestamp == 42
+
+
+@pytest.mark.parametrize(("src", "event"), [(s, e) for s in ClassicState for e in ClassicEvent
+                                            if (s, e) not in CLASSIC_TRANSITIONS])
+def test_an_event_with_no_entry_raises_illegal_transition(src, event):
+    g = group_in(src)
+    with pytest.raises(IllegalTransition, match="no transition from"):
+        g.transition(event, now_ms=42)
+    assert g.state is src and g.previous_state is None and g.state_timestamp == 5
+
+
+def test_the_events_each_code_path_fires():
+    # prepare_rebalance, complete_join (with and without members), the leader's SyncGroup,
+    # and a tombstone: each is one event, and the table takes it where Kafka goes.
+    assert CLASSIC_TRANSITIONS[(S.STABLE, E.REBALANCE)] is S.PREPARING_REBALANCE
+    assert CLASSIC_TRANSITIONS[(S.PREPARING_REBALANCE, E.JOIN_COMPLETED)] is S.COMPLETING_REBALANCE
+    assert CLASSIC_TRANSITIONS[(S.PREPARING_REBALANCE, E.JOIN_EMPTIED)] is S.EMPTY
+    assert CLASSIC_TRANSITIONS[(S.COMPLETING_REBALANCE, E.ASSIGNED)] is S.STABLE
+    assert all(CLASSIC_TRANSITIONS[(s, E.DELETED)] is S.DEAD for s in ClassicState)
+    g = group_in(S.STABLE)
+    g.mark_deleted(now_ms=9)
+    assert g.is_(S.DEAD) and g.state_timestamp == 9
+
+
+def test_a_group_is_created_empty_or_stable_only():
+    assert ClassicGroup("g").is_(S.EMPTY)
+    assert ClassicGroup("g", 3, state=S.STABLE).is_(S.STABLE)  # loaded, or converted from a consumer group
+    for state in (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.DEAD):
+        with pytest.raises(IllegalTransition):
+            ClassicGroup("g", 3, state=state)
 
 
 def test_a_new_group_is_empty_at_generation_zero():

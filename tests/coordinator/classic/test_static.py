@@ -209,7 +209,7 @@ def test_a_replaced_member_whose_group_lost_track_of_new_partitions_triggers_a_r
     """Partitions added while the (static) leader was away: nobody watched, and a KIP-814
     leader only watches from its rejoin on."""
     c = Coord()
-    mids, leader, _ = stable_static(c, 2, protocols=_proto([]), assign={0: _assignment(0, 1), 1: _assignment(2)})
+    _mids, leader, _ = stable_static(c, 2, protocols=_proto([]), assign={0: _assignment(0, 1), 1: _assignment(2)})
     c.set_topics([("foo", FOO, 4)])
     box = c.join(instance_id=instance(c, leader), protocols=_proto([]), version=9)
     assert box == [] and state(c) == "PreparingRebalance"

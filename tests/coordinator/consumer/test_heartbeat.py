@@ -52,7 +52,8 @@ def test_invalid_requests(kwargs, needle):
 
 def test_first_heartbeat_needs_a_subscription():
     c = Coord()
-    from odradek.coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
+    from odradek.coordinator.consumer.heartbeat import HeartbeatRequest
+    from odradek.coordinator.dispatch import consumer_group_heartbeat as heartbeat
 
     req = HeartbeatRequest("g", "A", 0, rebalance_timeout_ms=1000, owned={})
     r = c.runtime.run("g", lambda s, now: heartbeat(s, req, now), c.now)
@@ -120,6 +121,29 @@ def test_fenced_member_rejoins_with_epoch_zero_and_gets_its_assignment():
     assert c.hb(member="A", epoch=7)["error_code"] == FENCED_MEMBER_EPOCH
     r = c.hb(member="A", epoch=0)
     assert r["error_code"] == NONE and r["member_epoch"] == 1 and parts(r) == [0, 1, 2]
+
+
+def test_a_member_in_an_unknown_state_is_fenced_until_it_rejoins_owning_nothing():
+    # Kafka's CurrentAssignmentBuilder, case UNKNOWN: a state written by a newer coordinator
+    # has no reconciliation rule here, so the member is fenced and reconciled from scratch.
+    from odradek.coordinator import records as R
+    from odradek.coordinator.consumer.model import MemberState
+
+    c = Coord()
+    c.hb(member="A")
+    c.hb(member="B")
+    converge(c)
+    b = c.group().members["B"]
+    c.log[0].append(R.encode(R.current_assignment("g", b.with_(state=MemberState.UNKNOWN))))
+    c.restart()
+    assert c.group().members["B"].state is MemberState.UNKNOWN
+    owned = {t: sorted(ps) for t, ps in b.assigned.items()}
+    r = c.hb(member="B", epoch=b.member_epoch, owned=owned)
+    assert r["error_code"] == FENCED_MEMBER_EPOCH and "unknown state" in r["error_message"]
+    assert c.hb(member="B", epoch=b.member_epoch)["error_code"] == FENCED_MEMBER_EPOCH  # owned not reported
+    r = c.hb(member="B", epoch=0)  # rejoins having dropped everything
+    assert r["error_code"] == NONE and r["member_epoch"] == c.group().target_epoch
+    assert c.group().members["B"].state is MemberState.STABLE and parts(r) == sorted(b.assigned[FOO])
 
 
 # --- full vs partial heartbeats ------------------------------------------------------------

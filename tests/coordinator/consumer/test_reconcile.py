@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from odradek.coordinator.consumer.model import ConsumerMember, MemberState
 from odradek.coordinator.consumer.reconcile import reconcile
+from odradek.coordinator.errors import CoordinatorError
+from odradek.protocol.errors import FENCED_MEMBER_EPOCH
 
 T = uuid.UUID(int=1)
 U = uuid.UUID(int=2)
@@ -78,3 +82,36 @@ def test_never_revoke_and_assign_in_one_step():
             assert after <= before and out.member_epoch == 3
         else:
             assert after == set(target) and out.member_epoch == 4
+
+
+# --- a state with no rule (Kafka's CurrentAssignmentBuilder, case UNKNOWN) -------------------------
+
+
+@pytest.mark.parametrize("owned", [None, {T: frozenset({0})}, {U: frozenset({3})}])
+def test_a_member_in_an_unknown_state_is_fenced(owned):
+    # UNKNOWN: a record written by a newer coordinator. Whatever the epochs, the member must
+    # abandon its partitions and rejoin; not reporting what it owns (None) counts as owning.
+    for epoch, target_epoch in ((3, 3), (3, 4)):
+        m = member(epoch=epoch, assigned={T: {0: 1}}, state=MemberState.UNKNOWN)
+        with pytest.raises(CoordinatorError) as info:
+            reconcile(m, target_epoch, {T: frozenset({0})}, owned, FREE)
+        assert info.value.code == FENCED_MEMBER_EPOCH and "unknown state" in info.value.message
+
+
+def test_a_member_in_an_unknown_state_that_owns_nothing_starts_over_at_the_target_epoch():
+    m = member(epoch=3, assigned={T: {0: 1}}, pending={T: {1: 1}}, state=MemberState.UNKNOWN)
+    out = reconcile(m, 5, {T: frozenset({0, 2})}, {}, FREE)
+    assert out.state is MemberState.STABLE and out.member_epoch == 5 and out.previous_member_epoch == 3
+    assert out.assigned == {T: {0: 1, 2: 5}} and out.pending_revocation == {}
+    held = {(T, 2): "other"}
+    out = reconcile(m, 5, {T: frozenset({0, 2})}, {T: frozenset()}, lambda t, p: held.get((t, p)))
+    assert out.state is MemberState.UNRELEASED_PARTITIONS and out.assigned == {T: {0: 1}}
+
+
+def test_every_known_state_has_a_rule():
+    # STABLE, UNREVOKED_PARTITIONS and UNRELEASED_PARTITIONS never fence, whatever is owned.
+    for state in (MemberState.STABLE, MemberState.UNREVOKED_PARTITIONS, MemberState.UNRELEASED_PARTITIONS):
+        m = member(assigned={T: {0: 1}}, pending={T: {1: 1}} if state is MemberState.UNREVOKED_PARTITIONS else None,
+                   state=state)
+        for owned in (None, {}, {T: frozenset({0, 1})}):
+            assert isinstance(reconcile(m, 4, {T: frozenset({0})}, owned, FREE), ConsumerMember)

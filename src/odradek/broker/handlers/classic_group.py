@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...coordinator.classic.join import JoinRequest, join
-from ...coordinator.classic.leave import LeaveIdentity, leave
+from ...coordinator import dispatch
+from ...coordinator.classic.join import JoinRequest
+from ...coordinator.classic.leave import LeaveIdentity
 from ...coordinator.classic.rebalance import error_join, sync_error
-from ...coordinator.classic.sync import ClassicHeartbeat, SyncRequest, heartbeat, sync
+from ...coordinator.classic.sync import ClassicHeartbeat, SyncRequest
 from ...coordinator.errors import error_code_for
 from ..coordinated import answer
 from ..registry import api
@@ -75,7 +76,8 @@ async def join_group(broker, request):
     req = join_request(request)
     if req.reason:  # KIP-800: clients say why they (re)join; Kafka logs it with the rebalance
         log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
-    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: join(shard, req, reply, now),
+    response = await _run_parked(broker, req.group_id,
+                                 lambda shard, reply, now: dispatch.join_group(shard, req, reply, now),
                                  lambda code: error_join(code, req.member_id))
     return join_response(request, response)
 
@@ -83,7 +85,8 @@ async def join_group(broker, request):
 @api(14, "SyncGroup", 0, 5)
 async def sync_group(broker, request):
     req = sync_request(request)
-    response = await _run_parked(broker, req.group_id, lambda shard, reply, now: sync(shard, req, reply, now),
+    response = await _run_parked(broker, req.group_id,
+                                 lambda shard, reply, now: dispatch.sync_group(shard, req, reply, now),
                                  sync_error)
     return {"throttle_time": 0, **response}
 
@@ -92,7 +95,7 @@ async def sync_group(broker, request):
 def heartbeat_api(broker, request):
     b = request.body
     req = ClassicHeartbeat(b.group_id, b.member_id, b.generation_id, request.field("group_instance_id"))
-    deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: heartbeat(shard, req, now),
+    deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: dispatch.heartbeat(shard, req, now),
                                                  broker.clock())
     return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code},
                   lambda response: {"throttle_time": 0, **response})
@@ -111,7 +114,7 @@ def leave_group(broker, request):
             log.info("group %s: member %r (instance %r) leaves (reason: %s)", b.group_id, ident.member_id,
                      ident.instance_id, ident.reason)
     deferred = broker.coordinator.runtime.submit(
-        b.group_id, lambda shard, now: leave(shard, b.group_id, identities, now), broker.clock())
+        b.group_id, lambda shard, now: dispatch.leave_group(shard, b.group_id, identities, now), broker.clock())
 
     def shape(response: dict) -> dict:
         if v < 3:

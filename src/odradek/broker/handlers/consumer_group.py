@@ -6,7 +6,8 @@ protocol decisions are in `odradek.coordinator.consumer`.
 
 from __future__ import annotations
 
-from ...coordinator.consumer.heartbeat import HeartbeatRequest, heartbeat
+from ...coordinator import dispatch
+from ...coordinator.consumer.heartbeat import HeartbeatRequest
 from ...coordinator.errors import CoordinatorUnavailable
 from ...coordinator.groups import describe_consumer_group, unavailable_consumer_group
 from ...protocol.errors import INVALID_REQUEST
@@ -35,8 +36,8 @@ def consumer_group_heartbeat(broker, request):
         subscribed_topic_regex=request.field("subscribed_topic_regex"), server_assignor=b.server_assignor,
         owned=owned, client_id=request.client_id or "", client_host=request.client_host, version=request.api_version,
     )
-    deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: heartbeat(shard, req, now),
-                                                 broker.clock())
+    deferred = broker.coordinator.runtime.submit(
+        b.group_id, lambda shard, now: dispatch.consumer_group_heartbeat(shard, req, now), broker.clock())
     return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code, "error_message": None,
                                           "member_id": None, "member_epoch": 0, "heartbeat_interval": 0},
                   lambda response: {"throttle_time": 0, **response})

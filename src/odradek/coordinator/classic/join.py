@@ -15,6 +15,10 @@ Theory of operation, in the order `join` checks (Kafka's GroupMetadataManager.cl
   4. a known member's join is parked until the join phase completes, except a follower
      whose metadata did not change in a Stable or CompletingRebalance group, which gets
      the current generation at once.
+
+This is Kafka's classicGroupJoinToClassicGroup: it creates the classic group, replacing an
+empty consumer group of the same id. A JoinGroup for a consumer group with members is
+classicGroupJoinToConsumerGroup (migration.py); coordinator/dispatch.py picks which.
 """
 
 from __future__ import annotations
@@ -82,10 +86,8 @@ def join(shard: Shard, req: JoinRequest, reply: Reply, now_ms: int) -> Result:
         validate(shard, req)
         consumer = shard.consumer_groups.get(req.group_id)
         if consumer is not None:
-            if consumer.members:
-                # KIP-848 "Online Migration": a classic member joins a consumer group.
-                from .. import migration
-                return migration.join(shard, consumer, req, reply, now_ms)
+            # A consumer group with members takes the join itself (dispatch.py, migration.py).
+            assert not consumer.members, f"JoinGroup for consumer group {req.group_id} reached the classic handler"
             records = _consumer_group_tombstones(consumer)  # an idle consumer group is simply replaced
         group = shard.classic_groups.get(req.group_id)
         new_group = group is None

@@ -4,6 +4,9 @@ Theory of operation: a dynamic member leaves by member id. A static member does 
 leave on shutdown (KIP-345): an admin removes it by naming its group.instance.id, with
 an empty member id (or the matching one; another id is FENCED_INSTANCE_ID). Each
 identity gets its own error code; the group rebalances once for the whole batch.
+
+This handles classic groups only: classic members leaving a consumer group (KIP-848
+"Online Migration") go to migration.py; coordinator/dispatch.py picks which.
 """
 
 from __future__ import annotations
@@ -31,10 +34,6 @@ def leave(shard: Shard, group_id: str, identities: tuple[LeaveIdentity, ...], no
     """Response: {"error_code", "members": [{"member_id", "group_instance_id", "error_code"}]}."""
     if not group_id:
         return Result([], {"error_code": INVALID_GROUP_ID, "members": []})
-    consumer = shard.consumer_groups.get(group_id)
-    if consumer is not None:
-        from .. import migration
-        return migration.leave(shard, consumer, identities, now_ms)
     group = shard.classic_groups.get(group_id)
     if group is None:
         # Kafka: every named member is unknown; the request itself succeeded.

@@ -13,9 +13,16 @@ assignment) is written, as a GroupMetadata record, and only loading replays it; 
 handlers change the transient state directly, as Kafka's classic group does (its writes
 are not replayed either).
 
-States and the moves between them are the table `CLASSIC_TRANSITIONS` (Kafka's
-ClassicGroupState valid previous states, inverted); any other move is an assertion
-failure.
+States move only by `transition(event)`, through the table `CLASSIC_TRANSITIONS`, keyed
+by (state, event) as h11's `_state.py` is (DESIGN principle 3). The events are what
+happens to the group: a rebalance is needed (REBALANCE), the join phase ends with members
+(JOIN_COMPLETED) or with none (JOIN_EMPTIED), the leader's SyncGroup brings the assignment
+(ASSIGNED), the group's tombstone is replayed (DELETED). The moves they allow are exactly
+Kafka's ClassicGroupState valid previous states, inverted. An event with no entry for the
+current state raises `IllegalTransition`: the coordinator broke its own invariant. A group
+is born Empty (a JoinGroup creates it) or Stable (loaded from its record with members, or
+converted from a consumer group: Kafka's ClassicGroup.fromRecord / fromConsumerGroup);
+being born is not a transition.
 """
 
 from __future__ import annotations
@@ -35,14 +42,37 @@ class ClassicState(enum.Enum):
     DEAD = "Dead"
 
 
+class ClassicEvent(enum.Enum):
+    """What happens to a classic group: the inputs of `CLASSIC_TRANSITIONS`."""
+
+    REBALANCE = "rebalance"  # a join, leave, expiry or change needs a new generation (prepare_rebalance)
+    JOIN_COMPLETED = "join-completed"  # the join phase ended with members: leader and protocol chosen
+    JOIN_EMPTIED = "join-emptied"  # the join phase ended with no member left
+    ASSIGNED = "assigned"  # the leader's SyncGroup brought the assignment
+    DELETED = "deleted"  # the group's tombstone: deleted, expired, or converted to a consumer group
+
+
+class IllegalTransition(AssertionError):
+    """An event the group's current state has no entry for (h11's LocalProtocolError): the
+    coordinator's own logic is wrong, never the client's (those are error codes)."""
+
+
 S = ClassicState
-CLASSIC_TRANSITIONS: dict[ClassicState, frozenset[ClassicState]] = {
-    S.EMPTY: frozenset({S.PREPARING_REBALANCE, S.DEAD}),
-    S.PREPARING_REBALANCE: frozenset({S.COMPLETING_REBALANCE, S.EMPTY, S.DEAD}),
-    S.COMPLETING_REBALANCE: frozenset({S.STABLE, S.PREPARING_REBALANCE, S.DEAD}),
-    S.STABLE: frozenset({S.PREPARING_REBALANCE, S.DEAD}),
-    S.DEAD: frozenset({S.DEAD}),
+E = ClassicEvent
+# (state, event) -> new state. Kafka's ClassicGroupState valid previous states, inverted:
+# PreparingRebalance <- Empty, Stable, CompletingRebalance; CompletingRebalance <-
+# PreparingRebalance; Stable <- CompletingRebalance; Empty <- PreparingRebalance; Dead <- any.
+CLASSIC_TRANSITIONS: dict[tuple[ClassicState, ClassicEvent], ClassicState] = {
+    (S.EMPTY, E.REBALANCE): S.PREPARING_REBALANCE,
+    (S.STABLE, E.REBALANCE): S.PREPARING_REBALANCE,
+    (S.COMPLETING_REBALANCE, E.REBALANCE): S.PREPARING_REBALANCE,  # the leader's assignment is for a dead generation
+    (S.PREPARING_REBALANCE, E.JOIN_COMPLETED): S.COMPLETING_REBALANCE,
+    (S.PREPARING_REBALANCE, E.JOIN_EMPTIED): S.EMPTY,
+    (S.COMPLETING_REBALANCE, E.ASSIGNED): S.STABLE,
+    **{(state, E.DELETED): S.DEAD for state in ClassicState},  # Dead stays Dead (Kafka allows Dead -> Dead)
 }
+# The states a group may be created in (see the module docstring).
+INITIAL_STATES = frozenset({S.EMPTY, S.STABLE})
 
 
 @dataclass(slots=True, eq=False)
@@ -75,9 +105,11 @@ class ClassicMember:
 
 
 class ClassicGroup:
-    def __init__(self, group_id: str, now_ms: int = 0) -> None:
+    def __init__(self, group_id: str, now_ms: int = 0, state: ClassicState = ClassicState.EMPTY) -> None:
+        if state not in INITIAL_STATES:
+            raise IllegalTransition(f"classic group {group_id}: a group is not created {state.value}")
         self.group_id = group_id
-        self.state = ClassicState.EMPTY
+        self.state = state
         self.previous_state: ClassicState | None = None
         self.state_timestamp = now_ms
         self.protocol_type: str | None = None
@@ -95,11 +127,18 @@ class ClassicGroup:
 
     # --- state ---------------------------------------------------------------------------
 
-    def transition(self, new: ClassicState, now_ms: int) -> None:
-        assert new in CLASSIC_TRANSITIONS[self.state], f"classic group {self.group_id}: illegal {self.state} -> {new}"
+    def transition(self, event: ClassicEvent, now_ms: int) -> None:
+        new = CLASSIC_TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise IllegalTransition(f"classic group {self.group_id}: no transition from {self.state.value} "
+                                    f"on {event.value}")
         self.previous_state = self.state
         self.state = new
         self.state_timestamp = now_ms
+
+    def mark_deleted(self, now_ms: int) -> None:
+        """Its tombstone was replayed (shard.py): the group is Dead."""
+        self.transition(ClassicEvent.DELETED, now_ms)
 
     def is_(self, *states: ClassicState) -> bool:
         return self.state in states

@@ -22,9 +22,10 @@ from __future__ import annotations
 from ...protocol.errors import NONE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID
 from .. import records as R
 from ..shard import Result, Shard
-from .model import ClassicGroup, ClassicMember, ClassicState
+from .model import ClassicEvent, ClassicGroup, ClassicMember, ClassicState
 
 S = ClassicState
+E = ClassicEvent
 
 
 def join_response(group: ClassicGroup, member_id: str, *, leader: str | None = None,
@@ -108,7 +109,7 @@ def prepare_rebalance(shard: Shard, group: ClassicGroup, now_ms: int) -> list[R.
     timeout = group.rebalance_timeout_ms()
     delay = shard.config.initial_rebalance_delay_ms
     initial = group.is_(S.EMPTY) and delay > 0
-    group.transition(S.PREPARING_REBALANCE, now_ms)
+    group.transition(E.REBALANCE, now_ms)
     group.initial_delay = initial
     if initial:
         first = min(delay, timeout)
@@ -172,12 +173,12 @@ def complete_join(shard: Shard, group: ClassicGroup, now_ms: int) -> list[R.Coor
     if not group.members:
         group.protocol_name = None
         group.leader_id = None
-        group.transition(S.EMPTY, now_ms)
+        group.transition(E.JOIN_EMPTIED, now_ms)
         return [R.classic_group(group)]
     if group.leader_id is None or group.members[group.leader_id].join_reply is None:
         group.leader_id = joined[0].member_id
     group.protocol_name = group.select_protocol()
-    group.transition(S.COMPLETING_REBALANCE, now_ms)
+    group.transition(E.JOIN_COMPLETED, now_ms)
     everyone = member_list(group)
     for m in joined:
         is_leader = m.member_id == group.leader_id

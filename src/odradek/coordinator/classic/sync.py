@@ -11,6 +11,10 @@ Checks, in Kafka's order: unknown group or member -> UNKNOWN_MEMBER_ID; a static
 whose instance id now maps to another member -> FENCED_INSTANCE_ID; another generation
 -> ILLEGAL_GENERATION; (SyncGroup v5+) another protocol type or name ->
 INCONSISTENT_GROUP_PROTOCOL.
+
+These handle classic groups only: a SyncGroup or Heartbeat for a consumer group (a classic
+member of it, KIP-848 "Online Migration") goes to migration.py; coordinator/dispatch.py
+picks which.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from .. import records as R
 from ..errors import CoordinatorError
 from ..members import known_member
 from ..shard import Result, Shard
-from .model import ClassicGroup, ClassicMember, ClassicState, Reply
+from .model import ClassicEvent, ClassicGroup, ClassicMember, ClassicState, Reply
 from .rebalance import schedule_heartbeat, sync_error
 
 S = ClassicState
@@ -66,10 +70,6 @@ def sync(shard: Shard, req: SyncRequest, reply: Reply, now_ms: int) -> Result:
     if not req.group_id:  # Kafka checks the id before looking the group up
         shard.respond(reply, sync_error(INVALID_GROUP_ID))
         return Result([], None)
-    consumer = shard.consumer_groups.get(req.group_id)
-    if consumer is not None:
-        from .. import migration
-        return migration.sync(shard, consumer, req, reply, now_ms)
     group = shard.classic_groups.get(req.group_id)
     try:
         member = check_member(group, req.member_id, req.instance_id)
@@ -96,7 +96,7 @@ def sync(shard: Shard, req: SyncRequest, reply: Reply, now_ms: int) -> Result:
     given = dict(req.assignments)
     for m in group.members.values():
         m.assignment = given.get(m.member_id, b"")  # members the leader left out get nothing
-    group.transition(S.STABLE, now_ms)
+    group.transition(ClassicEvent.ASSIGNED, now_ms)
     for m in group.members.values():
         if m.sync_reply is not None:
             shard.respond(m.sync_reply, _sync_ok(group, m.assignment))
@@ -115,10 +115,6 @@ class ClassicHeartbeat:
 def heartbeat(shard: Shard, req: ClassicHeartbeat, now_ms: int) -> Result:
     if not req.group_id:
         return Result([], {"error_code": INVALID_GROUP_ID})
-    consumer = shard.consumer_groups.get(req.group_id)
-    if consumer is not None:
-        from .. import migration
-        return migration.classic_heartbeat(shard, consumer, req, now_ms)
     group = shard.classic_groups.get(req.group_id)
     try:
         member = check_member(group, req.member_id, req.instance_id)

@@ -18,11 +18,21 @@ Theory of operation, in the order `heartbeat` runs (KIP-848 "Request Handling"):
      assignment changed or the request was a full one.
 Nothing is mutated here: the records are returned and the runtime replays them.
 Timers (session, rebalance) are armed on the shard's injected timer.
+
+This handles consumer groups only. A heartbeat for a classic group (KIP-848 "Online
+Migration": the group converts first) goes to migration.py; coordinator/dispatch.py picks
+which. For the same reason this module does not decide what removing a member means: a
+member whose session or rebalance timeout runs out, or that leaves with -1, is handed to
+the `fence` function the caller passes (dispatch.fence_member: it may convert the group
+to a classic one, KIP-848 "Online Migration" downgrade), and the timers armed here call
+that same function when they fire. `expire_member` is the consumer-only removal, the
+default for callers that never see a classic member.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +70,10 @@ from .model import (
 from .reconcile import reconcile
 from .regex import dropped_regexes, maybe_schedule_refresh, regex_update
 
+# (shard, group id, member id, now) -> the records removing that member (Kafka's
+# consumerGroupFenceMember): the operation a member's timers run, and what a leave does.
+Fence = Callable[[Shard, str, str, int], Result]
+
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
@@ -90,8 +104,9 @@ class HeartbeatRequest:
         )
 
 
-def _error(code: int, message: str) -> Result:
-    return Result([], {"error_code": code, "error_message": message, "member_id": None, "member_epoch": 0,
+def error_result(exc: CoordinatorError) -> Result:
+    """The ConsumerGroupHeartbeat answer to a refused request."""
+    return Result([], {"error_code": exc.code, "error_message": exc.message, "member_id": None, "member_epoch": 0,
                        "heartbeat_interval": 0})
 
 
@@ -129,19 +144,22 @@ def validate(shard: Shard, req: HeartbeatRequest) -> None:
                                f"Supported assignors: {', '.join(shard.config.assignors)}.")
 
 
-def heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+def heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fence | None = None) -> Result:
+    """ConsumerGroupHeartbeat for a group that is not a classic one (dispatch.py checks)."""
     try:
         validate(shard, req)
-        if req.group_id in shard.classic_groups:
-            # KIP-848 "Online Migration": the group converts first (its own write), then
-            # this heartbeat runs against the consumer group it became.
-            from ..migration import upgrade
-            return upgrade(shard, req, now_ms)
-        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return leave(shard, req, now_ms)
-        return _heartbeat(shard, req, now_ms)
+        return handle(shard, req, now_ms, fence or expire_member)
     except CoordinatorError as exc:
-        return _error(exc.code, exc.message)
+        return error_result(exc)
+
+
+def handle(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fence) -> Result:
+    """A validated heartbeat: leave (-1, -2) or join/heartbeat. Raises CoordinatorError."""
+    # A classic group of this id converts first (dispatch.py, migration.upgrade).
+    assert req.group_id not in shard.classic_groups, f"classic group {req.group_id} reached the consumer handler"
+    if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+        return leave(shard, req, now_ms, fence)
+    return member_heartbeat(shard, req, now_ms, fence)
 
 
 def _find_member(shard: Shard, group: ConsumerGroup | None, req: HeartbeatRequest) -> tuple[ConsumerMember | None, ConsumerMember | None]:
@@ -188,7 +206,7 @@ def _subset(owned, member: ConsumerMember) -> bool:
     return True
 
 
-def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: int) -> Result | None:
+def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: int, fence: Fence) -> Result | None:
     """The common case, answered without building anything: a converged member whose
     heartbeat changes nothing (KIP-848 partial heartbeat). None: take the general path."""
     m = group.members.get(req.member_id)
@@ -212,7 +230,8 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
     gid = req.group_id
     if m.classic is not None:
         return None  # a consumer-protocol heartbeat from a classic member converts it: general path
-    shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid), expire_op(gid, m.member_id))
+    shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid),
+                         fence_op(fence, gid, m.member_id))
     if group.regex_counts:
         maybe_schedule_refresh(shard, group, now_ms)  # Kafka checks on every heartbeat
     assignment = None
@@ -225,9 +244,9 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
                        "assignment": assignment})
 
 
-def expire_op(gid: str, mid: str):
+def fence_op(fence: Fence, gid: str, mid: str) -> Callable[[Shard, int], Result]:
     """A timer operation removing the member (its session, or a deadline it missed, ran out)."""
-    return lambda s, now: expire_member(s, gid, mid, now)
+    return lambda s, now: fence(s, gid, mid, now)
 
 
 def _retarget(shard: Shard, group: ConsumerGroup, members, topics, epoch: int, old_target,
@@ -237,10 +256,12 @@ def _retarget(shard: Shard, group: ConsumerGroup, members, topics, epoch: int, o
     return new, target_records(group.group_id, old_target, new, epoch)
 
 
-def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+def member_heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fence) -> Result:
+    """Join (epoch 0) or heartbeat (KIP-848 "Request Handling" steps 3-7), also for a classic
+    member's translated JoinGroup (migration.py). Raises CoordinatorError."""
     group = shard.consumer_groups.get(req.group_id)
     if group is not None and req.member_epoch > 0:
-        fast = _steady(shard, group, req, now_ms)
+        fast = _steady(shard, group, req, now_ms, fence)
         if fast is not None:
             return fast
     if group is None and req.member_epoch != 0:
@@ -338,7 +359,7 @@ def _heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
                 counts[rx] = counts.get(rx, 0) + delta
         counts = {rx: n for rx, n in counts.items() if n > 0}
     maybe_schedule_refresh(shard, group, now_ms, counts, new_regex)
-    arm_timers(shard, gid, reconciled, now_ms)
+    arm_timers(shard, gid, reconciled, now_ms, fence)
     if predecessor is not None:
         shard.timer.cancel(("session", gid, predecessor.member_id))
         shard.timer.cancel(("rebalance", gid, predecessor.member_id))
@@ -388,14 +409,17 @@ def session_timeout_ms(shard: Shard, gid: str, member: ConsumerMember) -> int:
     return member.classic.session_timeout_ms if member.classic is not None else shard.session_timeout_ms(gid)
 
 
-def schedule_session(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
+def schedule_session(shard: Shard, gid: str, member: ConsumerMember, now_ms: int, fence: Fence) -> None:
     shard.timer.schedule(("session", gid, member.member_id), now_ms + session_timeout_ms(shard, gid, member),
-                         expire_op(gid, member.member_id))
+                         fence_op(fence, gid, member.member_id))
 
 
-def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> None:
+def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int, fence: Fence | None = None) -> None:
+    """The member's session timer, and its rebalance timer while it must revoke; both run
+    `fence` when they fire (`expire_member` when none is given)."""
+    fence = fence or expire_member
     mid = member.member_id
-    schedule_session(shard, gid, member, now_ms)
+    schedule_session(shard, gid, member, now_ms, fence)
     key = ("rebalance", gid, mid)
     # A classic member revokes by rejoining: it has join and sync timers instead (migration.py).
     if member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch != STATIC_LEAVE_EPOCH \
@@ -405,17 +429,17 @@ def arm_timers(shard: Shard, gid: str, member: ConsumerMember, now_ms: int) -> N
         if key not in shard.timer:
             epoch = member.member_epoch
             shard.timer.schedule(key, now_ms + max(member.rebalance_timeout_ms, 0),
-                                 lambda s, now: _rebalance_timeout(s, gid, mid, epoch, now))
+                                 lambda s, now: _rebalance_timeout(s, gid, mid, epoch, now, fence))
     else:
         shard.timer.cancel(key)
 
 
-def _rebalance_timeout(shard: Shard, gid: str, mid: str, epoch: int, now_ms: int) -> Result:
+def _rebalance_timeout(shard: Shard, gid: str, mid: str, epoch: int, now_ms: int, fence: Fence) -> Result:
     group = shard.consumer_groups.get(gid)
     member = group.members.get(mid) if group else None
     if member is None or member.state is not MemberState.UNREVOKED_PARTITIONS or member.member_epoch != epoch:
         return Result([], None)
-    return expire_member(shard, gid, mid, now_ms)
+    return fence(shard, gid, mid, now_ms)
 
 
 def cancel_member_timers(shard: Shard, gid: str, mid: str) -> None:
@@ -424,18 +448,13 @@ def cancel_member_timers(shard: Shard, gid: str, mid: str) -> None:
 
 
 def expire_member(shard: Shard, gid: str, mid: str, now_ms: int) -> Result:
-    """Remove a member: it left (-1), or the coordinator gave up on it (session or
-    rebalance timeout, a static member that did not come back)."""
+    """Remove a member from its consumer group: it left (-1), or the coordinator gave up on
+    it (session or rebalance timeout, a static member that did not come back). A `Fence`;
+    dispatch.fence_member calls it when the group stays a consumer group."""
     group = shard.consumer_groups.get(gid)
     if group is None or mid not in group.members:
         return Result([], None)
     cancel_member_timers(shard, gid, mid)
-    from ..migration import downgrade_if_possible
-    records = downgrade_if_possible(shard, group, mid, now_ms)
-    if records is not None:
-        # The group becomes classic: its regex resolutions go first, while it still exists
-        # (Kafka's createGroupTombstoneRecords includes them).
-        return Result(dropped_regexes(group, group.members.values()) + records, None)
     return Result(remove_member_records(shard, group, mid), None)
 
 
@@ -455,7 +474,7 @@ def remove_member_records(shard: Shard, group: ConsumerGroup, *mids: str) -> lis
     return records
 
 
-def leave(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
+def leave(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fence) -> Result:
     gid = req.group_id
     group = shard.consumer_groups.get(gid)
     if group is None:
@@ -474,9 +493,9 @@ def leave(shard: Shard, req: HeartbeatRequest, now_ms: int) -> Result:
             assigned={t: dict.fromkeys(ps, 0) for t, ps in member.assigned.items()},
             pending_revocation={t: dict.fromkeys(ps, 0) for t, ps in member.pending_revocation.items()},
         )
-        arm_timers(shard, gid, left, now_ms)  # the session runs on; no revocation is awaited
+        arm_timers(shard, gid, left, now_ms, fence)  # the session runs on; no revocation is awaited
         return Result([R.current_assignment(gid, left)], response)
-    return Result(expire_member(shard, gid, member.member_id, now_ms).records, response)
+    return Result(fence(shard, gid, member.member_id, now_ms).records, response)
 
 
 def refresh_metadata(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:

@@ -12,9 +12,14 @@ and `regex_counts`, how many members subscribe to each regular expression (Kafka
 `subscribedRegularExpressions`). What each regex resolved to is hard state of its own,
 `resolved_regexes`, replayed from ConsumerGroupRegularExpression records (regex.py).
 
-Group states are derived from epochs (KIP-848 "Consumer Group States"); the table
-`GROUP_TRANSITIONS` lists the moves replay may make, and a move outside it is an
-invariant violation (an AssertionError, principle 3).
+Group states are derived (KIP-848 "Consumer Group States"). After every record, replay
+reads the group's condition (`GroupCondition`: deleted, no members, group epoch ahead of
+the target epoch, some member not yet reconciled, all reconciled) and feeds it to the
+table `GROUP_TRANSITIONS`, keyed by (state, condition) as h11's `_state.py` is keyed by
+(state, event) (DESIGN principle 3). A live group goes wherever its condition says in
+one record (a member joining an empty group with a server-side assignor is Reconciling as
+soon as the target is written); only an Empty group may be deleted, and a Dead one takes
+no input. A condition with no entry raises `IllegalTransition`: replay broke an invariant.
 """
 
 from __future__ import annotations
@@ -49,16 +54,32 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-# KIP-848 "Consumer Group States": every state can reach every live state in one record
-# (a member joining an empty group with a server-side assignor goes straight to
-# RECONCILING once the target is written); only DEAD is terminal.
-_LIVE = {GroupState.EMPTY, GroupState.ASSIGNING, GroupState.RECONCILING, GroupState.STABLE}
-GROUP_TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
-    GroupState.EMPTY: frozenset(_LIVE | {GroupState.DEAD}),
-    GroupState.ASSIGNING: frozenset(_LIVE),
-    GroupState.RECONCILING: frozenset(_LIVE),
-    GroupState.STABLE: frozenset(_LIVE),
-    GroupState.DEAD: frozenset(),
+class GroupCondition(enum.Enum):
+    """What replay finds after a record: the input of `GROUP_TRANSITIONS`."""
+
+    DELETED = "deleted"  # the group's tombstone (ConsumerGroupMetadata) was replayed
+    NO_MEMBERS = "no-members"
+    EPOCH_AHEAD = "epoch-ahead"  # group epoch > target assignment epoch: a target is due
+    UNRECONCILED = "unreconciled"  # a member is not at the target epoch, or not STABLE
+    RECONCILED = "reconciled"  # every member is STABLE at the target epoch
+
+
+class IllegalTransition(AssertionError):
+    """A condition the group's current state has no entry for (h11's LocalProtocolError):
+    the records broke an invariant of the coordinator, never the client's doing."""
+
+
+_G, _C = GroupState, GroupCondition
+# KIP-848 "Consumer Group States": Empty (no members), Assigning (group epoch ahead of the
+# assignment epoch), Reconciling (members not yet at the target), Stable; Dead once deleted.
+_LIVE_MOVES = {_C.NO_MEMBERS: _G.EMPTY, _C.EPOCH_AHEAD: _G.ASSIGNING, _C.UNRECONCILED: _G.RECONCILING,
+               _C.RECONCILED: _G.STABLE}
+GROUP_TRANSITIONS: dict[tuple[GroupState, GroupCondition], GroupState] = {
+    **{(state, cond): new for state in (_G.EMPTY, _G.ASSIGNING, _G.RECONCILING, _G.STABLE)
+       for cond, new in _LIVE_MOVES.items()},
+    # A group is deleted only once its last member is gone (shard.py asserts so first).
+    (_G.EMPTY, _C.DELETED): _G.DEAD,
+    # Dead: no entry. Replay drops the group at once; nothing may happen to it after.
 }
 
 
@@ -148,25 +169,27 @@ class ConsumerGroup:
     def _converged(self, m: ConsumerMember) -> bool:
         return m.member_epoch == self._target_epoch and m.state is MemberState.STABLE
 
-    def compute_state(self) -> GroupState:
+    def condition(self) -> GroupCondition:
         # O(1): replay calls this after every record, and groups have thousands of members.
         if self.dead:
-            return GroupState.DEAD
+            return GroupCondition.DELETED
         if not self.members:
-            return GroupState.EMPTY
+            return GroupCondition.NO_MEMBERS
         if self.group_epoch > self._target_epoch:
-            return GroupState.ASSIGNING
-        return GroupState.RECONCILING if self._unconverged else GroupState.STABLE
+            return GroupCondition.EPOCH_AHEAD
+        return GroupCondition.UNRECONCILED if self._unconverged else GroupCondition.RECONCILED
 
     @property
     def state(self) -> GroupState:
         return self._state
 
     def refresh_state(self) -> None:
-        new = self.compute_state()
-        assert new in GROUP_TRANSITIONS[self._state] or new is self._state, (
-            f"group {self.group_id}: illegal transition {self._state} -> {new}"
-        )
+        """Replay calls this after every record: the state moves on the group's condition."""
+        condition = self.condition()
+        new = GROUP_TRANSITIONS.get((self._state, condition))
+        if new is None:
+            raise IllegalTransition(f"group {self.group_id}: no transition from {self._state.value} "
+                                    f"on {condition.value}")
         self._state = new
 
     def owner(self, topic_id: uuid.UUID, partition: int) -> str | None:

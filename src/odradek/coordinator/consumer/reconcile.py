@@ -15,6 +15,13 @@ pending revocation keep theirs.
 `owned` is the member's own report of what it holds (None when the heartbeat did not
 say: then nothing is assumed revoked). `owner_of(topic, partition)` names the member
 that currently holds a partition, or None when it is free.
+
+Each reconciliation state has its rule (Kafka's CurrentAssignmentBuilder.build switch):
+STABLE moves on when the target epoch did; UNREVOKED_PARTITIONS waits for the revocation;
+UNRELEASED_PARTITIONS retries the withheld partitions. Any other state (UNKNOWN: a record
+written by a newer coordinator) has no rule: the member is fenced (FENCED_MEMBER_EPOCH),
+so it abandons its partitions and rejoins, and once it reports owning nothing it starts
+over at the target epoch.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 
+from ...protocol.errors import FENCED_MEMBER_EPOCH
+from ..errors import CoordinatorError
 from .model import ConsumerMember, MemberState, Partitions, TargetPartitions
 
 
@@ -42,15 +51,27 @@ def reconcile(
     owned: Mapping[uuid.UUID, frozenset[int] | set[int]] | None,
     owner_of: Callable[[uuid.UUID, int], str | None],
 ) -> ConsumerMember:
-    """The member's next current assignment (the same object when nothing changes)."""
+    """The member's next current assignment (the same object when nothing changes).
+
+    Raises CoordinatorError(FENCED_MEMBER_EPOCH) for a member in a state with no rule."""
     state = member.state
+    if state is MemberState.STABLE:
+        if member.member_epoch != target_epoch:
+            return _next(member, target_epoch, target, owned, owner_of)
+        return member  # at the target epoch: nothing to do
     if state is MemberState.UNREVOKED_PARTITIONS:
         if _owns_any(owned, member.pending_revocation):
             return member  # still revoking: no progress until it acknowledges
         return _next(member, target_epoch, target, owned, owner_of)
-    if state is MemberState.UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
+    if state is MemberState.UNRELEASED_PARTITIONS:
         return _next(member, target_epoch, target, owned, owner_of)
-    return member  # STABLE at the target epoch
+    # Kafka's CurrentAssignmentBuilder, case UNKNOWN: "the best option is to fence the member
+    # to force it to rejoin the group without any partitions and to reconcile it again from
+    # scratch". A member that reports owning nothing has done so.
+    if owned is None or any(owned.values()):
+        raise CoordinatorError(FENCED_MEMBER_EPOCH, f"The consumer group member is in an unknown state ({state!r}). "
+                               "The member must abandon all its partitions and rejoin.")
+    return _next(member, target_epoch, target, owned, owner_of)
 
 
 def _next(member, target_epoch, target, owned, owner_of) -> ConsumerMember:
