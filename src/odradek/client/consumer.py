@@ -6,13 +6,16 @@ management" allows). Group mode: `subscribe(topics or regex, listener)` joins a 
 with the KIP-848 consumer protocol (`membership.ConsumerGroupMember`) or, with
 `group_protocol="classic"`, with JoinGroup/SyncGroup (`classic.ClassicGroupMember`).
 
-Theory of operation: the membership state machines are sans-I/O. A background task
-(`_group_loop`) sends what the member asks for (heartbeats, joins) to the coordinator
-and feeds it the answers, so heartbeats flow whether or not the application polls.
-Reconciliation, the part that runs application code, happens inside `poll` (and
-`close`), as in Java: revocations first (auto-commit of the revoked partitions, then
-`on_partitions_revoked`, then the member acknowledges), then assignments
-(`on_partitions_assigned`); after fencing, `on_partitions_lost` with no commit. Fetching
+Theory of operation: the membership state machines are sans-I/O (`member.GroupMember`).
+A background task (`_group_loop`) sends what the member asks for (heartbeats, joins) to
+the coordinator and feeds it the answers, so heartbeats flow whether or not the
+application polls. Reconciliation, the part that runs application code, happens inside
+`poll` (and `close`), as in Java; what to do and in which order is decided by
+`reconciler.Reconciler`, which the simulator drives too, and this class is its asyncio
+driver: after fencing, `on_partitions_lost` with no commit; then revocations (auto-commit
+of the revoked partitions, then `on_partitions_revoked`, then the member acknowledges);
+then assignments (`on_partitions_assigned`; committed offsets fetched before the first
+fetch of records). Fetching
 is prefetching: after a poll hands out records, fetches for the next ones are already
 in flight, one per leader; `fetcher.Positions` drops anything made stale by a seek,
 pause or rebalance in between.
@@ -45,8 +48,10 @@ from .errors import (
     KafkaError,
 )
 from .fetcher import ConsumerRecord, Positions, fetch_body
+from .member import AssigningMember, GroupMember
 from .membership import ConsumerGroupMember
 from .net import Client
+from .reconciler import REQUIRE_STABLE, Assign, Lose, Reconciler, Revoke
 from .versions import Api
 
 log = logging.getLogger(__name__)
@@ -98,8 +103,6 @@ class AsyncConsumer:
         self.instance_id = group_instance_id
         self.rack = client_rack
         self.auto_offset_reset = auto_offset_reset
-        self.auto_commit = enable_auto_commit and group_id is not None
-        self.auto_commit_interval = auto_commit_interval_ms / 1000
         self.max_poll_records = max_poll_records
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_min_bytes = fetch_min_bytes
@@ -120,8 +123,12 @@ class AsyncConsumer:
                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
         self._own_client = client is None
         self.positions = Positions(check_crcs)
-        self._assigned_names: dict = {}  # (topic id, partition) -> its name when assigned (KIP-848 members)
-        self.member: Any = None  # ConsumerGroupMember or classic.ClassicGroupMember
+        # The application's side of the group member (lost, revoke, assign; positions of
+        # what it holds; commit identity; the auto-commit interval), shared with the simulator.
+        self._rec = Reconciler(group_id, self.positions, resolve=self._resolve,
+                               needs_generation=group_protocol == "classic",
+                               auto_commit=enable_auto_commit and group_id is not None,
+                               auto_commit_interval_ms=auto_commit_interval_ms, first_auto_commit_ms=_now())
         self.listener: RebalanceListener = RebalanceListener()
         self._mode: str | None = None  # "assign" | "subscribe"
         self._pattern: re.Pattern | None = None
@@ -132,11 +139,23 @@ class AsyncConsumer:
         self._group_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._refreshing: set[str] = set()
-        self._last_commit = time.monotonic()
         self._fetch_error: KafkaError | None = None
         self._heartbeat_seen: asyncio.Condition | None = None
         self._closed = False
         self._started = False
+
+    @property
+    def member(self) -> GroupMember | None:
+        """The group member core (ConsumerGroupMember or classic.ClassicGroupMember)."""
+        return self._rec.member
+
+    @member.setter
+    def member(self, member: GroupMember | None) -> None:
+        self._rec.member = member
+
+    @property
+    def auto_commit(self) -> bool:
+        return self._rec.auto_commit
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -336,8 +355,8 @@ class AsyncConsumer:
     def _has_work(self) -> bool:
         if self.positions.buffer:
             return True
-        m = self.member
-        return m is not None and (m.fenced or bool(m.to_revoke()) or bool(self._resolvable(m.to_assign())))
+        step = self._rec.next_step()
+        return step is not None and (not isinstance(step, Assign) or bool(step.pairs))
 
     def _raise_pending(self) -> None:
         if self.member is not None and self.member.error is not None:
@@ -352,16 +371,14 @@ class AsyncConsumer:
         need = self.positions.needing_position()
         if not need:
             return
-        committed: dict[TopicPartition, O.OffsetAndMetadata] = {}
-        fresh = [tp for tp in need if self.positions.parts[tp].reset is None]
+        committed: dict[TopicPartition, int] = {}
+        fresh = self._rec.to_fetch(need)  # fetch-before-consume: committed offsets first
         if fresh and self.group_id is not None:
-            committed = await O.fetch_committed(self.client, self.group_id, fresh, require_stable=True)
+            found = await O.fetch_committed(self.client, self.group_id, fresh, require_stable=REQUIRE_STABLE)
+            committed = {tp: om.offset for tp, om in found.items()}
         resets: dict[TopicPartition, int] = {}
-        for tp in need:
+        for tp in self._rec.apply_committed(committed, need):
             s = self.positions.parts[tp]
-            if s.reset is None and tp in committed:
-                s.position = committed[tp].offset
-                continue
             how = s.reset or self.auto_offset_reset
             if how == "none":
                 raise KafkaError(ErrorCode.offset_out_of_range,
@@ -477,24 +494,11 @@ class AsyncConsumer:
         if not offsets:
             return
         for attempt in range(10):
-            generation, member_id, instance_id = (-1, "", None)
-            if self.member is not None and self.member.fenced:
-                # Java's CommitFailedException: the partitions are no longer ours to commit.
-                raise KafkaError(ErrorCode.fenced_member_epoch,
-                                 f"group {self.group_id}: the member was fenced; its partitions are lost",
-                                 retriable=False)
-            if self.member is not None and self.member.active:
-                generation, member_id, instance_id = self.member.commit_identity()
-                if generation < 0 and self.group_protocol == "classic":
-                    # Java's RebalanceInProgressException: a classic member between
-                    # generations has no identity to commit with; a membership-free
-                    # commit would be refused (UNKNOWN_MEMBER_ID) by a non-empty group.
-                    raise KafkaError(ErrorCode.rebalance_in_progress,
-                                     f"group {self.group_id}: commit during a rebalance", retriable=False)
+            req = self._rec.commit_request(offsets)  # the identity of now; raises when there is none
             try:
-                await O.commit(self.client, self.group_id, offsets, generation=generation, member_id=member_id,
-                               instance_id=instance_id)
-                self._last_commit = time.monotonic()
+                await O.commit(self.client, req.group_id, req.offsets, generation=req.generation,
+                               member_id=req.member_id, instance_id=req.instance_id)
+                self._rec.committed(_now())
                 return
             except KafkaError as exc:
                 if exc.code != ErrorCode.stale_member_epoch or self.member is None:
@@ -516,16 +520,16 @@ class AsyncConsumer:
                 pass
 
     async def _commit_positions(self, tps) -> None:
-        offsets = {tp: self.positions.parts[tp].position for tp in tps
-                   if tp in self.positions.parts and self.positions.parts[tp].position is not None}
+        await self._commit_logged(self._rec.offsets(tps))
+
+    async def _commit_logged(self, offsets: dict) -> None:
         try:
             await self._commit(offsets)
         except KafkaError as exc:
             log.warning("auto-commit of %d partition(s) failed: %s", len(offsets), exc)
 
     async def _maybe_auto_commit(self) -> None:
-        if self.auto_commit and time.monotonic() - self._last_commit >= self.auto_commit_interval:
-            self._last_commit = time.monotonic()
+        if self._rec.auto_commit_due(_now()):
             await self._commit_positions(list(self.positions.parts))
 
     async def committed(self, tps) -> dict[TopicPartition, int | None]:
@@ -552,77 +556,64 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------------ group membership
 
-    def _resolvable(self, parts) -> set:
+    def _resolve(self, key) -> TopicPartition | None:
+        """The name of a member's partition: classic members name topics, KIP-848 members
+        give topic ids, which metadata names (None while it does not know the topic)."""
         if self.group_protocol == "classic":
-            return set(parts)
-        by_id = self.client.cluster.by_id
-        return {p for p in parts if p[0] in by_id}
-
-    def _names(self, parts) -> set[TopicPartition]:
-        """Names of the member's (topic id, partition) pairs: the name each had when it was
-        assigned, so a topic deleted (and perhaps recreated under the same name) since is
-        still revoked under the name its position is kept by."""
-        if self.group_protocol == "classic":
-            return set(parts)
-        by_id = self.client.cluster.by_id
-        return {self._assigned_names.get((tid, p)) or TopicPartition(by_id.get(tid, str(tid)), p) for tid, p in parts}
+            return key
+        name = self.client.cluster.by_id.get(key[0])
+        return None if name is None else TopicPartition(name, key[1])
 
     async def _reconcile(self) -> None:
-        """Run what the member needs from the application: lost, revoke, then assign."""
-        m = self.member
-        if m.fenced or getattr(m, "to_lose", frozenset)():
-            lost = set(self.positions.parts)
-            self.positions.set([])
-            self._assigned_names.clear()
-            log.info("group %s: member fenced, %d partition(s) lost", self.group_id, len(lost))
-            await _call(self.listener.on_partitions_lost, lost)
-            m.lost(now=_now())
+        """Carry out what the reconciler says the member needs: lost, revoke, then assign."""
+        rec = self._rec
+        step = rec.next_step()
+        if isinstance(step, Lose):
+            rec.drop_lost(step)
+            log.info("group %s: member fenced, %d partition(s) lost", self.group_id, len(step.parts))
+            await _call(self.listener.on_partitions_lost, set(step.parts))
+            rec.lost(_now())
             self._group_wake.set()
             return
-        revoke = m.to_revoke()
-        if revoke:
-            names = self._names(revoke)
-            if self.auto_commit:
-                await self._commit_positions(names)  # commit before acknowledging the revocation
-            for tp in names:  # no more fetching, but position() and commit() still work in the callback
-                if tp in self.positions.parts:
-                    self.positions.parts[tp].paused = True
-            await _call(self.listener.on_partitions_revoked, names)
-            self.positions.remove(names)
-            for tp in revoke:
-                self._assigned_names.pop(tp, None)
-            m.revoked(revoke, now=_now())
+        if isinstance(step, Revoke):
+            names = set(step.parts)
+            try:
+                offsets = rec.start_revoke(step)
+                if offsets:
+                    try:
+                        await self._commit_logged(offsets)  # commit before acknowledging the revocation
+                    finally:
+                        rec.revoke_commit_done(step)
+                for tp in names:  # no more fetching, but position() and commit() still work in the callback
+                    if tp in self.positions.parts:
+                        self.positions.parts[tp].paused = True
+                await _call(self.listener.on_partitions_revoked, names)
+            except BaseException:
+                rec.cancel_revoke()  # the next poll starts it again
+                raise
+            rec.finish_revoke(_now())
             self._group_wake.set()
-        assign = m.to_assign()
-        if assign:
-            ready = self._resolvable(assign)
-            if len(ready) < len(assign):
+            step = rec.next_step()
+        if isinstance(step, Assign):
+            if step.unresolved:
                 await self.client.refresh_metadata(all_topics=True)
-                ready = self._resolvable(assign)
-            if ready:
-                names = self._names(ready)
-                if self.group_protocol != "classic":
-                    by_id = self.client.cluster.by_id
-                    for tid, p in ready:
-                        self._assigned_names[(tid, p)] = TopicPartition(by_id[tid], p)
-                self.positions.add(names)
-                await _call(self.listener.on_partitions_assigned, names)
-                m.assigned(ready, now=_now())
+                step = rec.next_step()
+            if isinstance(step, Assign) and step.pairs:
+                rec.start_assign(step)
+                await _call(self.listener.on_partitions_assigned, set(step.parts))
+                rec.finish_assign(step, _now())
                 self._group_wake.set()
 
     async def _leave_group(self) -> None:
         m = self.member
-        owned = set(self.positions.parts) if self._mode == "subscribe" else set()
+        owned = self._rec.held() if self._mode == "subscribe" else frozenset()
         if owned:
             if self.auto_commit:
                 await self._commit_positions(owned)
             for tp in owned:
                 self.positions.parts[tp].paused = True
-            await _call(self.listener.on_partitions_revoked, owned)
-            self.positions.set([])
-        self._assigned_names.clear()
-        m.revoked(m.owned, now=_now())
-        m.leave(now=_now())
+            await _call(self.listener.on_partitions_revoked, set(owned))
+        self._rec.leave(owned, _now())
         self._group_wake.set()
         # Wait for the leave heartbeat (bounded by the request timeout in the loop).
         while m.active and self._group_task is not None and not self._group_task.done():
@@ -635,8 +626,9 @@ class AsyncConsumer:
     async def _group_loop(self) -> None:
         m = self.member
         last_watch = time.monotonic()
+        assigning = isinstance(m, AssigningMember)
         while not self._closed and m.active and m.error is None:
-            needs = getattr(m, "needs_metadata", None)
+            needs = m.needs_metadata if assigning else None
             if needs:
                 # The classic leader assigns: it needs every member's topics' partition counts.
                 if await self._feed_metadata(m, list(needs)):
@@ -687,7 +679,7 @@ class AsyncConsumer:
             topics = self._classic_topics()
             if topics != sorted(m.topics or []):
                 m.subscribe(topics, now=_now())
-        if getattr(m, "is_leader", False):
+        if isinstance(m, AssigningMember) and m.is_leader:
             cluster = self.client.cluster
             m.set_metadata({t: n for t in m.group_topics if (n := cluster.partition_count(t))}, _now())
 

@@ -1,13 +1,17 @@
-"""A member process inside the simulation: the real client core, driven as the consumer drives it.
+"""A member process inside the simulation: the real client core and the consumer's real
+reconciliation, driven with simulated time and links.
 
 Theory of operation: `client.membership.ConsumerGroupMember` (KIP-848) or
 `client.classic.ClassicGroupMember` (JoinGroup/SyncGroup, eager or cooperative) decides
-what to send and what to own; this driver does what `client.consumer.AsyncConsumer` does
-around it, with simulated time and links instead of sockets:
+what to send and what to own, and `client.reconciler.Reconciler` -- the same object
+`client.consumer.AsyncConsumer` drives -- decides what the application does about it and
+keeps its positions. This driver carries the reconciler's steps out with simulated time
+and links instead of sockets and callbacks:
 
-  * lost partitions first (fenced: drop everything, no commit, `lost()`), then revocations
-    (commit the positions, then `revoked()`), then assignments (fetch the committed
-    offsets, then consume from them, `assigned()`), as the consumer's `_reconcile` does;
+  * lost partitions first (fenced: dropped, no commit), then revocations (the commit goes
+    out; the revocation completes once it is answered or has failed), then assignments
+    (the committed offsets are fetched before anything is consumed), in the order
+    `Reconciler.next_step` gives them;
   * the core's next request goes out on the member's link, with the consumer's timeouts
     (JoinGroup: the rebalance timeout + 5 s); a timeout fails the request and closes the
     link, as the client closes a connection after a request timeout;
@@ -17,14 +21,15 @@ around it, with simulated time and links instead of sockets:
   * the classic leader gets partition counts when it must assign and every second after,
     as the consumer's metadata watch gives them.
 
-The driver records what it believes it owns in `owned()` (topic name, partition) for the
-checkers. A "slow" member holds a revocation back (fault `slow_member`).
+What is the simulator's own: the faults. A "slow" member holds a revocation back (fault
+`slow_member`), requests time out, members crash. The driver reports what it believes it
+owns in `owned()` (topic name, partition) for the checkers.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -32,8 +37,15 @@ from odradek.client.assignors import CooperativeStickyAssignor, RangeAssignor
 from odradek.client.classic import ClassicGroupMember
 from odradek.client.cluster import TopicPartition
 from odradek.client.errors import KafkaError
+from odradek.client.member import AssigningMember, GroupMember
 from odradek.client.membership import ConsumerGroupMember
-from odradek.client.offsets import commit_body, fetch_committed_body
+from odradek.client.reconciler import (
+    Assign,
+    Lose,
+    Reconciler,
+    Revoke,
+    committed_offsets,
+)
 
 from .network import Link
 
@@ -46,12 +58,11 @@ API_NAMES = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbea
 @dataclass
 class Pending:
     api: int
-    kind: str  # "group", "commit", "fetch"
+    kind: str  # "group", "commit", "revoke-commit", "fetch"
     deadline: int
     link: Link
-    parts: frozenset = frozenset()  # commit/fetch: the partitions concerned
-    identity: tuple = ()  # commit: (epoch or generation, member id)
-    offsets: dict = field(default_factory=dict)
+    parts: frozenset = frozenset()  # fetch: the partitions concerned
+    revocation: Revoke | None = None  # revoke-commit: the revocation waiting for it
 
 
 class SimMember:
@@ -63,8 +74,8 @@ class SimMember:
         self.kind = kind  # "consumer", "classic-eager", "classic-cooperative"
         self.instance_id = instance_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.commit_interval_ms = commit_interval_ms
         rng = world.rng
+        self.core: GroupMember
         if kind == "consumer":
             self.core = ConsumerGroupMember(world.group_id, instance_id=instance_id,
                                             rebalance_timeout_ms=rebalance_timeout_ms,
@@ -76,36 +87,41 @@ class SimMember:
                                            session_timeout_ms=session_timeout_ms,
                                            rebalance_timeout_ms=rebalance_timeout_ms,
                                            heartbeat_interval_ms=heartbeat_interval_ms)
+        self._assigning = isinstance(self.core, AssigningMember)
+        # Positions are keyed by the name each partition was assigned with; whether its topic
+        # still exists (the same incarnation) is asked of the world when a commit or fetch is built.
+        self.rec = Reconciler(world.group_id, member=self.core, resolve=self._resolve,
+                              needs_generation=kind != "consumer", auto_commit=True,
+                              auto_commit_interval_ms=commit_interval_ms, first_auto_commit_ms=0)
         self.alive = True
         self.stopping = False  # graceful leave under way
         self.link: Link | None = None
-        self.pending: dict[int, Pending] = {}
-        # Keyed as the core keys partitions ((topic id, partition) for KIP-848 members), so a
-        # deleted and recreated topic's partitions are never mistaken for each other; names
-        # are looked up when a commit or fetch is built.
-        self.positions: dict = {}  # None: committed offset being fetched
-        self.revoking: frozenset | None = None  # partitions whose revocation commit is under way
+        self.pending: dict[tuple[int, int], Pending] = {}
         self.revoke_at = 0  # slow member: when the revocation may complete
-        self.revoke_committed = False
-        self.next_commit = 0
         self.next_poll = 0
         self.next_watch = 0
         self.fatal_at: int | None = None
 
     # ------------------------------------------------------------------ beliefs
 
-    def _name(self, tp) -> tuple[str, int]:
-        if isinstance(tp, TopicPartition):
-            return tp.topic, tp.partition
-        return self.world.topic_name(tp[0]), tp[1]
+    def _resolve(self, key) -> TopicPartition:
+        if isinstance(key, TopicPartition):
+            return key
+        return TopicPartition(self.world.topic_name(key[0]), key[1])
 
-    def _live_name(self, tp) -> str | None:
-        """The topic name to commit or fetch `tp` under, None if that topic no longer exists."""
-        if isinstance(tp, TopicPartition):
-            return tp.topic if tp.topic in self.world.coordinator.metadata.topics else None
-        name = self.world.topic_name(tp[0])
-        topic = self.world.coordinator.metadata.topics.get(name)
-        return name if topic is not None and topic.topic_id == tp[0] else None
+    def _name(self, key) -> tuple[str, int]:
+        """The name of a core partition now (a deleted topic's are renamed, for the checkers)."""
+        tp = self._resolve(key)
+        return tp.topic, tp.partition
+
+    def _exists(self, tp: TopicPartition) -> bool:
+        """Whether the topic of the partition held as `tp` still exists: a deleted topic's
+        partitions have nothing left to commit to or fetch from."""
+        key = self.rec.key_of(tp)
+        if isinstance(key, TopicPartition):
+            return key.topic in self.world.coordinator.metadata.topics
+        topic = self.world.coordinator.metadata.topics.get(self.world.topic_name(key[0]))
+        return topic is not None and topic.topic_id == key[0]
 
     def owned(self) -> set[tuple[str, int]]:
         return {self._name(tp) for tp in self.core.owned} if self.alive else set()
@@ -113,6 +129,17 @@ class SimMember:
     @property
     def member_id(self) -> str:
         return self.core.member_id
+
+    @property
+    def revoking(self) -> frozenset | None:
+        """The core partitions whose revocation is under way, or None."""
+        step = self.rec.revoking
+        return None if step is None else step.keys
+
+    @revoking.setter
+    def revoking(self, keys) -> None:
+        # sim/defects.py's stuck-revocation holds a revocation open this way.
+        self.rec.revoking = None if keys is None else Revoke(frozenset(keys), frozenset(map(self.rec.name, keys)))
 
     # ------------------------------------------------------------------ the driver loop
 
@@ -127,13 +154,13 @@ class SimMember:
                 self.world.trace(f"{self.name}: fatal {core.error}")
                 self.world.member_failed(self)
             return
-        if core.fenced or getattr(core, "to_lose", frozenset)():
+        step = self.rec.next_step()
+        if isinstance(step, Lose):
             lost = self.owned()
             self.world.stats.revocations += len(lost)
-            self.positions.clear()
-            self.revoking = None
+            self.rec.drop_lost(step)
             self.world.trace(f"{self.name}: {'fenced' if core.fenced else 'missed a generation'}, lost {sorted(lost)}")
-            core.lost(now=now)
+            self.rec.lost(now)
         self._revoke(now)
         self._assign(now)
         self._metadata(now)
@@ -144,48 +171,35 @@ class SimMember:
             self.world.member_stopped(self)
 
     def _revoke(self, now: int) -> None:
-        core = self.core
-        if self.revoking is None:
-            revoke = core.to_revoke()
-            if not revoke:
+        rec = self.rec
+        if rec.revoking is None:
+            step = rec.next_step()
+            if not isinstance(step, Revoke):
                 return
-            self.revoking = revoke
-            self.revoke_committed = False
+            offsets = rec.start_revoke(step)
             self.revoke_at = now + self.world.slow_delay(self)
-            offsets = {tp: o for tp, o in self.positions.items() if tp in revoke and o is not None}
-            if offsets and not self._commit(now, offsets, for_revoke=True):
-                self.revoke_committed = True
-            elif not offsets:
-                self.revoke_committed = True
-        if self.revoke_committed and now >= self.revoke_at:
-            revoke, self.revoking = self.revoking, None
-            # The core may have moved on (fenced, or a newer target) while we committed.
-            revoke = revoke & core.owned
-            names = {self._name(tp) for tp in revoke}
-            for tp in revoke:
-                self.positions.pop(tp, None)
+            if offsets and not self._commit(now, offsets, revocation=step):
+                rec.revoke_commit_done(step)  # nothing could be sent: nothing to wait for
+        if rec.revoke_committed and now >= self.revoke_at:
+            revoked = rec.finish_revoke(now)
+            names = {self._name(tp) for tp in revoked}
             self.world.stats.revocations += len(names)
             self.world.trace(f"{self.name}: revoked {sorted(names)}")
-            core.revoked(revoke, now=now)
 
     def _assign(self, now: int) -> None:
-        core = self.core
-        if self.revoking is not None:
+        step = self.rec.next_step()
+        if not isinstance(step, Assign) or not step.pairs:
             return
-        assign = core.to_assign()
-        if not assign:
-            return
-        names = {self._name(tp) for tp in assign}
-        for tp in sorted(assign, key=self._name):  # the RNG draws per partition must not follow set order
-            self.positions[tp] = None
+        names = {(tp.topic, tp.partition) for tp in step.parts}
+        self.rec.start_assign(step)
         self.world.stats.acquired(names)
         self.world.trace(f"{self.name}: assigned {sorted(names)}")
-        core.assigned(assign, now=now)
-        self._fetch_committed(now, set(assign))
+        self.rec.finish_assign(step, now)
+        self._fetch_committed(now, step.parts)
 
     def _metadata(self, now: int) -> None:
         core = self.core
-        if not isinstance(core, ClassicGroupMember):
+        if not self._assigning:
             return
         if core.needs_metadata is not None:
             core.set_metadata(self.world.partition_counts(core.needs_metadata), now)
@@ -206,10 +220,9 @@ class SimMember:
         self._send(now, api, body, Pending(api, "group", now + timeout, self._link()))
 
     def _commit_periodically(self, now: int) -> None:
-        if now < self.next_commit:
+        if not self.rec.auto_commit_due(now):
             return
-        self.next_commit = now + self.commit_interval_ms
-        offsets = {tp: o for tp, o in self.positions.items() if o is not None}
+        offsets = self.rec.offsets()
         if offsets and not any(p.kind == "commit" for p in self.pending.values()):
             self._commit(now, offsets)
 
@@ -218,9 +231,9 @@ class SimMember:
             return
         self.next_poll = now + 100
         rng = self.world.rng
-        for tp, pos in self.positions.items():
-            if pos is not None:
-                self.positions[tp] = pos + rng.randint(0, 3)
+        for s in self.rec.positions.parts.values():
+            if s.position is not None:
+                s.position += rng.randint(0, 3)
 
     # ------------------------------------------------------------------ requests
 
@@ -240,35 +253,30 @@ class SimMember:
         self.world.network.send_up(link, now, lambda: self.world.coordinator.deliver(link, frame),
                                    f"{API_NAMES.get(api, api)} {cid}")
 
-    def _commit(self, now: int, offsets: dict, *, for_revoke: bool = False) -> bool:
-        generation, member_id, instance_id = self.core.commit_identity()
-        if self.core.fenced or (generation < 0 and self.kind != "consumer"):
+    def _commit(self, now: int, offsets: dict, *, revocation: Revoke | None = None) -> bool:
+        """Send an OffsetCommit with the core's identity; False if there was nothing to send."""
+        try:
+            req = self.rec.commit_request({tp: o for tp, o in offsets.items() if self._exists(tp)})
+        except KafkaError:
             return False  # no identity to commit with (fenced, or between generations)
-        named = {}
-        for tp, o in offsets.items():
-            name = self._live_name(tp)
-            if name is not None:  # a deleted topic's partitions have nothing left to commit to
-                named[TopicPartition(name, tp[1])] = o
-        if not named:
+        if not req.offsets:
             return False
-        body = commit_body(self.world.group_id, named, generation=generation, member_id=member_id,
-                           instance_id=instance_id)
-        pending = Pending(OFFSET_COMMIT, "revoke-commit" if for_revoke else "commit", now + REQUEST_TIMEOUT_MS,
-                          self._link(), frozenset(offsets), (generation, member_id), dict(offsets))
-        self._send(now, OFFSET_COMMIT, body, pending)
+        pending = Pending(OFFSET_COMMIT, "commit" if revocation is None else "revoke-commit",
+                          now + REQUEST_TIMEOUT_MS, self._link(), revocation=revocation)
+        self._send(now, OFFSET_COMMIT, req.body(), pending)
         return True
 
-    def _fetch_committed(self, now: int, parts: set) -> None:
-        live = {tp: self._live_name(tp) for tp in parts}
-        for tp, name in live.items():
-            if name is None and self.positions.get(tp, 0) is None:
-                self.positions[tp] = 0  # the topic is gone: nothing to fetch
-        tps = sorted(TopicPartition(name, tp[1]) for tp, name in live.items() if name is not None)
-        if not tps:
-            return
-        body = fetch_committed_body(self.world.group_id, tps)
-        self._send(now, OFFSET_FETCH, body, Pending(OFFSET_FETCH, "fetch", now + REQUEST_TIMEOUT_MS, self._link(),
-                                                    frozenset(tp for tp, n in live.items() if n is not None)))
+    def _fetch_committed(self, now: int, parts) -> None:
+        """Fetch the committed offsets of those of `parts` still waiting for them."""
+        live = []
+        for tp in self.rec.to_fetch(parts):
+            if self._exists(tp):
+                live.append(tp)
+            else:
+                self.rec.positions.parts[tp].position = 0  # the topic is gone: nothing to fetch
+        if live:
+            self._send(now, OFFSET_FETCH, self.rec.fetch_body(live),
+                       Pending(OFFSET_FETCH, "fetch", now + REQUEST_TIMEOUT_MS, self._link(), frozenset(live)))
 
     def on_frame(self, link: Link, frame: bytes, now: int) -> None:
         if not self.alive or link is not self.link:
@@ -291,27 +299,21 @@ class SimMember:
             else:
                 self.core.on_response(pending.api, resp, now)
         elif pending.kind == "revoke-commit":
-            self.revoke_committed = True
+            self.rec.revoke_commit_done(pending.revocation)
         elif pending.kind == "fetch":
             self._fetched(pending, resp, now)
 
     def _fetched(self, pending: Pending, resp, now: int) -> None:
-        ok = not isinstance(resp, KafkaError) and resp.error_code == ErrorCode.none
-        got = {}
-        if ok:
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code != ErrorCode.none:
-                        ok = False
-                    got[(t.name, int(p.partition_index))] = max(0, int(p.committed_offset))
-        waiting = [tp for tp in sorted(pending.parts, key=self._name)
-                   if tp in self.positions and self.positions[tp] is None]
-        if not ok:
-            if waiting:  # retry, as the consumer's position lookup does
-                self._fetch_committed(now, set(waiting))
+        try:
+            if isinstance(resp, KafkaError):
+                raise resp
+            found = committed_offsets(resp)
+        except KafkaError:
+            self._fetch_committed(now, pending.parts)  # retry, as the consumer's position lookup does
             return
-        for tp in waiting:
-            self.positions[tp] = got.get((self._live_name(tp), tp[1]), 0)
+        found = {tp: o for tp, o in found.items() if self._exists(tp)}
+        for tp in self.rec.apply_committed(found, sorted(pending.parts)):
+            self.rec.positions.parts[tp].position = 0  # none committed: auto.offset.reset=earliest, from 0
 
     def _timeout(self, key: tuple[int, int]) -> None:
         pending = self.pending.get(key)
@@ -333,18 +335,14 @@ class SimMember:
             if pending.kind == "group":
                 self.core.on_failure(pending.api, error, now)
             elif pending.kind == "revoke-commit":
-                self.revoke_committed = True  # auto-commit failures are logged, not fatal
-            elif pending.kind == "fetch":
-                waiting = {tp for tp in pending.parts if self.positions.get(tp, 0) is None}
-                if waiting:
-                    self.world.schedule(now + 100, f"{self.name}: retry offset fetch",
-                                        lambda w=waiting: self._refetch(w))
+                self.rec.revoke_commit_done(pending.revocation)  # auto-commit failures are logged, not fatal
+            elif pending.kind == "fetch" and self.rec.to_fetch(pending.parts):
+                self.world.schedule(now + 100, f"{self.name}: retry offset fetch",
+                                    lambda parts=pending.parts: self._refetch(parts))
 
-    def _refetch(self, waiting: set) -> None:
+    def _refetch(self, parts) -> None:
         if self.alive:
-            still = {tp for tp in waiting if tp in self.positions and self.positions[tp] is None}
-            if still:
-                self._fetch_committed(self.world.now, still)
+            self._fetch_committed(self.world.now, parts)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -354,15 +352,15 @@ class SimMember:
             return None
         kinds = {p.kind for p in self.pending.values()}
         times = []
-        if self.positions:
+        if self.rec.positions.parts:
             times.append(self.next_poll)
             if "commit" not in kinds:
-                times.append(self.next_commit)
+                times.append(self.rec.next_auto_commit_ms)
         if "group" not in kinds:
             times.append(self.core.next_deadline())
-        if self.revoking is not None and self.revoke_committed:
+        if self.rec.revoking is not None and self.rec.revoke_committed:
             times.append(self.revoke_at)
-        if isinstance(self.core, ClassicGroupMember) and self.core.is_leader:
+        if self._assigning and self.core.is_leader:
             times.append(self.next_watch)
         times = [t for t in times if t is not None]
         return int(min(times)) if times else None
@@ -376,14 +374,10 @@ class SimMember:
     def leave(self, now: int) -> None:
         """Graceful close, as the consumer's close(): commit, revoke everything, leave."""
         self.stopping = True
-        owned = self.core.owned
-        offsets = {tp: o for tp, o in self.positions.items() if tp in owned and o is not None}
+        held = self.rec.held()
+        offsets = self.rec.offsets(held)
         if offsets:
             self._commit(now, offsets)
-        self.world.stats.revocations += len(owned)
-        self.positions.clear()
-        self.revoking = None
-        self.core.revoked(self.core.owned, now=now)
-        self.core.leave(now=now)
+        self.world.stats.revocations += len(self.core.owned)
+        self.rec.leave(held, now)
         self.pump(now)
-
