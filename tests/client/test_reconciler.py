@@ -300,6 +300,74 @@ def test_a_partition_is_revoked_under_the_name_it_was_assigned_with():
         NAMES[T1] = "a"
 
 
+def _classic_holding(parts, ids, positions):
+    """A reconciler for a classic core (keys are names) whose metadata gives `ids` (a dict the
+    test changes: name -> topic id, absent = no such topic)."""
+    m = Scripted()
+    rec = Reconciler("g", member=m, resolve=lambda key: key, topic_id=ids.get, needs_generation=True)
+    m.assign = frozenset(parts)
+    step = rec.next_step()
+    rec.start_assign(step)
+    rec.finish_assign(step, 0)
+    for tp, offset in positions.items():
+        rec.positions.parts[tp].position = offset
+    return rec, m
+
+
+def test_a_recreated_topics_old_positions_are_never_committed():
+    """A classic member holding a partition of a topic deleted and recreated under the same
+    name (it revokes slowly): by name its position would land on the new topic's offsets
+    (sim seed 2381: the new owner's commit then went back). Only the topic it was assigned
+    under is committed; a deleted one is not committed either."""
+    ids = {"a": T1, "b": T2}
+    rec, m = _classic_holding({TP("a", 0), TP("b", 0)}, ids, {TP("a", 0): 495, TP("b", 0): 7})
+    assert rec.offsets() == {TP("a", 0): 495, TP("b", 0): 7}
+    del ids["a"]  # deleted
+    assert rec.offsets() == {TP("b", 0): 7}
+    ids["a"] = uuid.UUID(int=3)  # recreated
+    assert rec.offsets() == {TP("b", 0): 7}
+    m.revoke = frozenset({TP("a", 0)})
+    step = rec.next_step()
+    assert rec.start_revoke(step) == {} and rec.revoke_committed  # nothing to commit: revoke at once
+    rec.finish_revoke(0)
+    # assigned again, now under the new topic: its position is committed again
+    m.assign = frozenset({TP("a", 0)})
+    step = rec.next_step()
+    rec.start_assign(step)
+    rec.finish_assign(step, 0)
+    rec.positions.parts[TP("a", 0)].position = 3
+    assert rec.offsets() == {TP("a", 0): 3, TP("b", 0): 7}
+
+
+def test_a_partition_assigned_before_metadata_knew_its_topic_takes_the_first_id_seen():
+    ids: dict = {}
+    rec, _m = _classic_holding({TP("a", 0)}, ids, {TP("a", 0): 4})
+    assert rec.offsets() == {TP("a", 0): 4}  # no id to tell incarnations apart: by name, as without ids
+    ids["a"] = T1
+    assert rec.offsets() == {TP("a", 0): 4}  # the first id metadata gives is the one
+    ids["a"] = T2
+    assert rec.offsets() == {}
+
+
+def test_a_kip848_partition_is_current_while_its_name_means_its_id():
+    ids = {"a": T1}
+    m = Scripted()
+    rec = Reconciler("g", member=m, resolve=by_id, topic_id=ids.get)
+    m.assign = frozenset({(T1, 0)})
+    step = rec.next_step()
+    rec.start_assign(step)
+    rec.finish_assign(step, 0)
+    rec.positions.parts[TP("a", 0)].position = 8
+    assert rec.offsets() == {TP("a", 0): 8}
+    ids["a"] = T2
+    assert rec.offsets() == {} and rec.held() == {TP("a", 0)}
+
+
+def test_without_topic_ids_every_position_is_committed():
+    rec, _m = holding((T1, 0), positions={TP("a", 0): 6})
+    assert rec.current(TP("a", 0)) and rec.offsets() == {TP("a", 0): 6}
+
+
 def test_leave_revokes_everything_then_leaves():
     rec, m = holding((T1, 0), (T2, 0), positions={TP("a", 0): 2})
     held = rec.held()

@@ -66,6 +66,62 @@ def test_migration_never_sets_a_group_state():
             assert not any(isinstance(t, ast.Attribute) and t.attr == "state" for t in targets), ast.unparse(node)
 
 
+def test_migration_never_changes_the_shards_classic_groups():
+    # Conversions reach shard.classic_groups only by replay of their records (shard.py).
+    mutators = {"pop", "setdefault", "update", "clear", "popitem", "__setitem__", "__delitem__"}
+    for node in ast.walk(ast.parse((PACKAGE / "migration.py").read_text())):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                assert not (isinstance(t, ast.Subscript) and "classic_groups" in ast.unparse(t.value)), ast.unparse(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in mutators:
+            assert "classic_groups" not in ast.unparse(node.func.value), ast.unparse(node)
+
+
+def _downgrading(c, op):
+    """Run `op` (a downgrade handler) on the shard without the runtime: what it returns, and
+    then the state once its records are replayed (as the runtime's write does)."""
+    shard = c.runtime.shard_for("g")
+    result = op(shard, c.now)
+    return shard, result
+
+
+def test_a_downgrade_changes_nothing_until_its_records_are_replayed():
+    c = _coord()
+    a, b, _gen = _classic_pair(c)
+    c.hb(member="C", epoch=0, topics=("foo",))
+    epoch = c.group().group_epoch
+    shard, result = _downgrading(c, lambda s, now: dispatch.fence_member(s, "g", "C", now))
+    # the handler returned the conversion; the shard still has the consumer group, no classic one
+    assert "g" not in shard.classic_groups and set(shard.consumer_groups["g"].members) == {a, b, "C"}
+    assert isinstance(result.response, Then) and result.records[-1].type == 2
+    for record in result.records:
+        shard.replay(record)
+    g = shard.classic_groups["g"]
+    assert "g" not in shard.consumer_groups and set(g.members) == {a, b} and g.generation == epoch
+    assert g.state is ClassicState.STABLE  # as Kafka's ClassicGroup.fromConsumerGroup makes it
+    then = result.response.op(shard, c.now)
+    assert then.response is None and shard.classic_groups["g"].state is ClassicState.PREPARING_REBALANCE
+
+
+def test_a_static_replacement_downgrade_changes_nothing_until_replayed():
+    c = _coord()
+    a, b, _gen = _classic_pair(c)
+    c.hb(member="C", epoch=0, topics=("foo",))
+    shard = c.runtime.shard_for("g")
+    # C's consumer-protocol member is gone but the group still holds only classic members:
+    # (what a static classic member replacing C leaves behind; migration.join chains this)
+    for record in consumer.remove_member_records(shard, shard.consumer_groups["g"], "C"):
+        shard.replay(record)
+    shard, result = _downgrading(c, lambda s, now: migration._downgrade_if_all_classic(s, "g", now))
+    assert "g" not in shard.classic_groups and set(shard.consumer_groups["g"].members) == {a, b}
+    for record in result.records:
+        shard.replay(record)
+    then = result.response.op(shard, c.now)
+    assert then.records == [] and shard.classic_groups["g"].state is ClassicState.STABLE  # no rebalance
+    assert ("classic-session", "g", a) in shard.timer and ("classic-session", "g", b) in shard.timer
+
+
 def test_refusing_an_upgrade_is_not_a_record_error():
     assert not issubclass(migration.UpgradeRefused, RecordError)
     c = _coord()

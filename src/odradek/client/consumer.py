@@ -125,7 +125,7 @@ class AsyncConsumer:
         self.positions = Positions(check_crcs)
         # The application's side of the group member (lost, revoke, assign; positions of
         # what it holds; commit identity; the auto-commit interval), shared with the simulator.
-        self._rec = Reconciler(group_id, self.positions, resolve=self._resolve,
+        self._rec = Reconciler(group_id, self.positions, resolve=self._resolve, topic_id=self.client.cluster.topic_id,
                                needs_generation=group_protocol == "classic",
                                auto_commit=enable_auto_commit and group_id is not None,
                                auto_commit_interval_ms=auto_commit_interval_ms, first_auto_commit_ms=_now())
@@ -486,7 +486,7 @@ class AsyncConsumer:
         if self.group_id is None:
             raise IllegalStateError("commit() needs a group_id")
         if offsets is None:
-            offsets = {tp: s.position for tp, s in self.positions.parts.items() if s.position is not None}
+            offsets = self._rec.offsets()  # what is consumed, of topics still the ones assigned
         offsets = {TopicPartition(*tp): o for tp, o in offsets.items()}
         await self._commit(offsets)
 

@@ -30,8 +30,11 @@ requests) and reports back. The steps, always in this order (`next_step`):
      on_partitions_assigned and `finish_assign`.
 
 Positions are a `fetcher.Positions`, keyed by the name each partition was assigned with: a
-topic deleted (and perhaps recreated under the same name) since is still revoked, lost or
-committed under that name (finding 8 of SIMULATION.md). Commits carry the core's identity
+topic deleted (and perhaps recreated under the same name) since is still revoked or lost
+under that name (finding 8 of SIMULATION.md). Each held partition also remembers the topic
+id it was assigned under (`current`): a position of a topic since deleted, or recreated
+under the same name, is never committed, for by name it would land on the new topic's
+offsets (OffsetCommit v10 commits by id and Kafka answers UNKNOWN_TOPIC_ID instead). Commits carry the core's identity
 (`identity`: member epoch or generation, member id, instance id; none when fenced, and none
 for a classic member between generations); auto-commit runs on an interval (`auto_commit_due`).
 Leaving (`leave`) commits what is held, revokes everything and tells the core to leave.
@@ -136,6 +139,7 @@ class Reconciler:
     def __init__(self, group_id: str | None, positions: Positions | None = None, *,
                  member: GroupMember | None = None,
                  resolve: Callable[[Key], TopicPartition | None] | None = None,
+                 topic_id: Callable[[str], Hashable | None] | None = None,
                  needs_generation: bool = False, auto_commit: bool = True,
                  auto_commit_interval_ms: float = 5000, first_auto_commit_ms: float = 0) -> None:
         self.group_id = group_id
@@ -145,7 +149,9 @@ class Reconciler:
         self.auto_commit = auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.next_auto_commit_ms = first_auto_commit_ms
+        self.topic_id = topic_id  # the driver's metadata: a topic name's id now (None: unknown or gone)
         self.names: dict = {}  # core key -> the name it was assigned with, for what the application holds
+        self._ids: dict[TopicPartition, Hashable | None] = {}  # held partition -> the topic id it was assigned under
         self._keys: dict[TopicPartition, Key] = {}
         self.revoking: Revoke | None = None  # the revocation under way
         self.revoke_committed = False  # its commit was answered or failed (or there was none)
@@ -202,6 +208,7 @@ class Reconciler:
         self.positions.set([])
         self.names.clear()
         self._keys.clear()
+        self._ids.clear()
         self.revoking = None
 
     def lost(self, now: float) -> None:
@@ -252,6 +259,7 @@ class Reconciler:
         for k in keys:
             tp = self.names.pop(k, None)
             self._keys.pop(tp, None)
+            self._ids.pop(tp, None)
         self._member.revoked(keys, now=now)
         return keys
 
@@ -263,6 +271,7 @@ class Reconciler:
         for key, tp in step.pairs:
             self.names[key] = tp
             self._keys[tp] = key
+            self._ids[tp] = self._assigned_id(key, tp)
         self.positions.add(step.parts)
 
     def finish_assign(self, step: Assign, now: float) -> None:
@@ -277,6 +286,7 @@ class Reconciler:
         self.positions.remove(parts)
         self.names.clear()
         self._keys.clear()
+        self._ids.clear()
         self.revoking = None
         m = self._member
         m.revoked(m.owned, now=now)
@@ -285,13 +295,38 @@ class Reconciler:
     # ------------------------------------------------------------------ offsets
 
     def offsets(self, parts: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """The known positions of `parts` (default: everything held): what auto-commit commits."""
+        """The known positions of `parts` (default: everything held) whose topic is still the
+        one they were assigned under (`current`): what auto-commit commits."""
         # In the order positions are kept (not a set's hash order): a commit's bytes must not
         # depend on PYTHONHASHSEED, for the simulator replays them.
         ps = self.positions.parts
         wanted = None if parts is None else set(parts)
         return {tp: s.position for tp, s in ps.items()
-                if s.position is not None and (wanted is None or tp in wanted)}
+                if s.position is not None and (wanted is None or tp in wanted) and self.current(tp)}
+
+    def current(self, tp: TopicPartition) -> bool:
+        """Whether the topic named `tp.topic` is still the one `tp` was assigned under, as far
+        as the driver's metadata knows: False once it names another id (recreated) or none
+        (deleted). A partition assigned before metadata knew its topic's id takes the first id
+        metadata gives; without ids (no `topic_id`, or a broker too old to send them) every
+        partition is current."""
+        if self.topic_id is None:
+            return True
+        now = self.topic_id(tp.topic)
+        if tp not in self._ids:
+            return True  # not held (a commit of offsets the application chose)
+        was = self._ids[tp]
+        if was is None:  # (only a classic assignment's: a KIP-848 key carries its id)
+            self._ids[tp] = now
+            return True
+        return now == was
+
+    def _assigned_id(self, key: Key, tp: TopicPartition) -> Hashable | None:
+        """The topic id a partition is assigned under: a KIP-848 key carries it; a classic
+        assignment names the topic, whose id is what metadata says now."""
+        if not isinstance(key, TopicPartition):
+            return key[0]
+        return self.topic_id(tp.topic) if self.topic_id is not None else None
 
     def identity(self) -> tuple[int, str, str | None]:
         """(member epoch or generation, member id, instance id) for an OffsetCommit; raises

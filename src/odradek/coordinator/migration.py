@@ -31,6 +31,13 @@ Theory of operation:
     the place of the last consumer-protocol member (same group.instance.id, as in a
     rolling downgrade of static members), the group becomes classic with no rebalance:
     the newcomer syncs at generation = its epoch and gets its predecessor's assignment.
+    Both downgrades are records first: the consumer group's tombstones and the classic
+    group's record, whose replay makes the classic group (shard.py); its heartbeat timers
+    and the rebalance follow as a `Then`. Kafka's convertToClassicGroup puts the group in
+    place itself and writes one batch; here the rebalance is a second step, which writes
+    nothing (prepareRebalance writes only when the join completes). The replayed group
+    holds each member's selected protocol only, as a group loaded after a restart does in
+    Kafka and here; Kafka's converted group keeps all until the members rejoin.
 
 Who calls what: coordinator/dispatch.py looks at the group's type and sends here a
 ConsumerGroupHeartbeat for a classic group (`upgrade`), the classic requests of a
@@ -396,14 +403,14 @@ def downgrade_applies(shard: Shard, group: ConsumerGroup, leaving_mid: str) -> b
 def downgrade(shard: Shard, group: ConsumerGroup, leaving_mid: str, now_ms: int) -> Result:
     """Remove `leaving_mid` by converting the group to a classic group of the others, which
     rebalances (`downgrade_applies` said so)."""
-    cancel_member_timers(shard, group.group_id, leaving_mid)
+    gid = group.group_id
+    cancel_member_timers(shard, gid, leaving_mid)
     others = [m for m in group.members.values() if m.member_id != leaving_mid]
-    classic, records = _to_classic(shard, group, others, now_ms)
-    # The classic members learn of the new generation by REBALANCE_IN_PROGRESS and rejoin.
-    records += prepare_rebalance(shard, classic, now_ms)
     # The group's regex resolutions go first, while it still exists (Kafka's
     # createGroupTombstoneRecords includes them).
-    return Result(dropped_regexes(group, group.members.values()) + records, None)
+    records = dropped_regexes(group, group.members.values()) + _to_classic(shard, group, others, now_ms)
+    # The classic members learn of the new generation by REBALANCE_IN_PROGRESS and rejoin.
+    return Result(records, Then(lambda s, now: _start_classic(s, gid, now, rebalance=True)))
 
 
 def _downgrade_if_all_classic(shard: Shard, gid: str, now_ms: int) -> Result:
@@ -414,19 +421,24 @@ def _downgrade_if_all_classic(shard: Shard, gid: str, now_ms: int) -> Result:
         return Result([], None)
     if not shard.config.allows_downgrade() or len(group.members) > shard.config.classic_max_size:
         return Result([], None)
-    return Result(_to_classic(shard, group, list(group.members.values()), now_ms)[1], None)
+    records = _to_classic(shard, group, list(group.members.values()), now_ms)
+    return Result(records, Then(lambda s, now: _start_classic(s, gid, now, rebalance=False)))
 
 
-def _to_classic(shard: Shard, group: ConsumerGroup, others: list[ConsumerMember], now_ms: int):
-    """(the Stable classic group made of `others`, the records replacing the consumer group by it)."""
+def _to_classic(shard: Shard, group: ConsumerGroup, others: list[ConsumerMember], now_ms: int) -> list[R.CoordinatorRecord]:
+    """The records replacing the consumer group by a Stable classic group made of `others`.
+    Nothing changes until they are replayed: the consumer group's tombstones remove it and
+    the classic group's record creates the classic one (Shard._replay_classic)."""
     gid = group.group_id
     records = [R.current_assignment_tombstone(gid, mid) for mid in group.members]
     records += [R.target_member_tombstone(gid, mid) for mid in group.target]
     records.append(R.target_epoch_tombstone(gid))
     records += [R.member_tombstone(gid, mid) for mid in group.members]
     records += [R.partition_metadata_tombstone(gid), R.group_tombstone(gid)]
-    # A conversion creates the classic group as Kafka's ClassicGroup.fromConsumerGroup does:
-    # Stable at the group epoch (being created is not a transition, classic/model.py).
+    # The record is written as Kafka's ClassicGroup.fromConsumerGroup builds the group:
+    # Stable at the group epoch, the protocol all members support, each member's target
+    # assignment encoded for the version of the subscription it sent. This group object
+    # only builds the record; the shard's group is the one replay makes of it.
     classic = ClassicGroup(gid, now_ms, state=ClassicState.STABLE)
     classic.generation = group.group_epoch
     classic.protocol_type = CONSUMER
@@ -442,13 +454,15 @@ def _to_classic(shard: Shard, group: ConsumerGroup, others: list[ConsumerMember]
         cm.assignment = encode_assignment(_ids_to_names(shard, group.target.get(m.member_id, {})),
                                           metadata_version(cm.metadata(classic.protocol_name)))
     records.append(R.classic_group(classic))
-    # Kafka's convertToClassicGroup puts the group in place itself ("Directly update the
-    # states instead of replaying the records because the classicGroup reference is needed
-    # for triggering the rebalance"): a classic group's record is replayed only on load
-    # (shard.py), and it carries only the selected protocol of each member.
-    shard.classic_groups[gid] = classic
     for mid in group.members:
         cancel_member_timers(shard, gid, mid)
+    return records
+
+
+def _start_classic(shard: Shard, gid: str, now_ms: int, rebalance: bool) -> Result:
+    """After the conversion's records are replayed: the classic group's heartbeat timers,
+    and for a downgrade its rebalance (Kafka's convertToClassicGroup, then prepareRebalance)."""
+    classic = shard.classic_groups[gid]
     for cm in classic.members.values():
         schedule_heartbeat(shard, classic, cm, now_ms)
-    return classic, records
+    return Result(prepare_rebalance(shard, classic, now_ms) if rebalance else [], None)

@@ -50,6 +50,15 @@ class Then(NamedTuple):
     op: Any
 
 
+def answering(result: Result, response: Any) -> Result:
+    """`result`'s records and what it chains, answered with `response` once all are written
+    (a leave whose removal converts the group: the conversion, its rebalance, then the answer)."""
+    if isinstance(result.response, Then):
+        then = result.response.op
+        return Result(result.records, Then(lambda s, now: answering(then(s, now), response)))
+    return Result(result.records, response)
+
+
 class OffsetEntry(NamedTuple):  # a NamedTuple: one per committed offset, built fast at replay
     offset: int
     leader_epoch: int
@@ -207,8 +216,10 @@ class Shard:
             if group is not None and not group.is_(ClassicState.DEAD):
                 group.mark_deleted(group.state_timestamp)
             return
-        if not self.loading:
+        if not self.loading and gid in self.classic_groups:
             return  # a snapshot of the in-memory group that wrote it (classic/model.py)
+        # Loading, or a consumer group converting to this one (migration._to_classic: the
+        # records before this one removed it). Either way the group is what the record says.
         group = ClassicGroup(gid, v["current_state_timestamp"])
         group.protocol_type = v["protocol_type"] or None  # Kafka writes "" for a group that never formed
         group.generation = v["generation"]

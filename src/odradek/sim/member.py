@@ -89,8 +89,9 @@ class SimMember:
                                            heartbeat_interval_ms=heartbeat_interval_ms)
         self._assigning = isinstance(self.core, AssigningMember)
         # Positions are keyed by the name each partition was assigned with; whether its topic
-        # still exists (the same incarnation) is asked of the world when a commit or fetch is built.
-        self.rec = Reconciler(world.group_id, member=self.core, resolve=self._resolve,
+        # still exists (the same incarnation) is asked of the world's metadata when a commit or
+        # fetch is built.
+        self.rec = Reconciler(world.group_id, member=self.core, resolve=self._resolve, topic_id=self._topic_id,
                               needs_generation=kind != "consumer", auto_commit=True,
                               auto_commit_interval_ms=commit_interval_ms, first_auto_commit_ms=0)
         self.alive = True
@@ -114,14 +115,16 @@ class SimMember:
         tp = self._resolve(key)
         return tp.topic, tp.partition
 
+    def _topic_id(self, name: str):
+        """The id of the topic named `name` now, as the member's metadata would say (None: none)."""
+        topic = self.world.coordinator.metadata.topics.get(name)
+        return None if topic is None else topic.topic_id
+
     def _exists(self, tp: TopicPartition) -> bool:
-        """Whether the topic of the partition held as `tp` still exists: a deleted topic's
-        partitions have nothing left to commit to or fetch from."""
-        key = self.rec.key_of(tp)
-        if isinstance(key, TopicPartition):
-            return key.topic in self.world.coordinator.metadata.topics
-        topic = self.world.coordinator.metadata.topics.get(self.world.topic_name(key[0]))
-        return topic is not None and topic.topic_id == key[0]
+        """Whether the topic of the partition held as `tp` still exists, the same incarnation
+        it was assigned under: a deleted topic's partitions have nothing left to commit to or
+        fetch from, and a recreated one's offsets are not theirs (Reconciler.current)."""
+        return tp.topic in self.world.coordinator.metadata.topics and self.rec.current(tp)
 
     def owned(self) -> set[tuple[str, int]]:
         return {self._name(tp) for tp in self.core.owned} if self.alive else set()

@@ -50,7 +50,7 @@ from ...protocol.errors import (
 from .. import records as R
 from ..errors import CoordinatorError
 from ..members import known_member
-from ..shard import Result, Shard
+from ..shard import Result, Shard, answering
 from .assignment import (
     InvalidRegex,
     compile_regex,
@@ -495,7 +495,7 @@ def leave(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fence) -> Res
         )
         arm_timers(shard, gid, left, now_ms, fence)  # the session runs on; no revocation is awaited
         return Result([R.current_assignment(gid, left)], response)
-    return Result(fence(shard, gid, member.member_id, now_ms).records, response)
+    return answering(fence(shard, gid, member.member_id, now_ms), response)
 
 
 def refresh_metadata(shard: Shard, group: ConsumerGroup) -> list[R.CoordinatorRecord]:
