@@ -34,10 +34,10 @@ topic deleted (and perhaps recreated under the same name) since is still revoked
 under that name (finding 8 of SIMULATION.md). Each held partition also remembers the topic
 id it was assigned under (`current`): a position of a topic since deleted, or recreated
 under the same name, is never committed, for by name it would land on the new topic's
-offsets (OffsetCommit v10 commits by id and Kafka answers UNKNOWN_TOPIC_ID instead). Commits carry the core's identity
-(`identity`: member epoch or generation, member id, instance id; none when fenced, and none
-for a classic member between generations); auto-commit runs on an interval (`auto_commit_due`).
-Leaving (`leave`) commits what is held, revokes everything and tells the core to leave.
+offsets (OffsetCommit v10 commits by id, and Kafka answers UNKNOWN_TOPIC_ID instead).
+Commits carry the core's identity (`identity`: member epoch or generation, member id,
+instance id; none when fenced, and none for a classic member between generations);
+auto-commit runs on an interval (`auto_commit_due`). Leaving (`leave`) commits what is held, revokes everything and tells the core to leave.
 """
 
 from __future__ import annotations
@@ -310,11 +310,9 @@ class Reconciler:
         (deleted). A partition assigned before metadata knew its topic's id takes the first id
         metadata gives; without ids (no `topic_id`, or a broker too old to send them) every
         partition is current."""
-        if self.topic_id is None:
-            return True
+        if self.topic_id is None or tp not in self._ids:
+            return True  # no ids to compare, or not held (offsets the application chose)
         now = self.topic_id(tp.topic)
-        if tp not in self._ids:
-            return True  # not held (a commit of offsets the application chose)
         was = self._ids[tp]
         if was is None:  # (only a classic assignment's: a KIP-848 key carries its id)
             self._ids[tp] = now
