@@ -194,3 +194,27 @@ def test_acks_all_after_the_isr_fell_below_min_isr_is_not_enough_replicas_after_
     assert p.high_watermark == 15
     p.replaced((1,), 8, 2)
     assert p.acks_all_result(15) == NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def test_the_watch_showing_the_leaders_own_write_commits_it_and_the_late_answer_is_ignored():
+    # etcd orders neither the watch nor the transaction's answer first.
+    p = leader(isr=(1, 2, 3), now=0)
+    p.follower_fetched(2, 10, 0, 1)
+    p.tick(5000)  # propose {1, 2}
+    assert p.replaced((1, 2), 8, 5001) == [] and p.isr == {1, 2} and p.state is IsrState.COMMITTED
+    assert p.isr_committed(8, 5002, isr=(1, 2)) == [] and p.isr == {1, 2} and p.partition_epoch == 8
+
+
+def test_an_answer_for_a_proposal_no_longer_in_flight_changes_nothing():
+    p = leader(isr=(1, 2, 3), now=0)
+    p.follower_fetched(2, 10, 0, 1)
+    p.tick(5000)  # propose {1, 2}
+    p.replaced((1,), 9, 5001)  # someone else's newer state voids it
+    assert p.isr_committed(8, 5002, isr=(1, 2)) == [] and p.isr == {1}
+    p.isr_rejected(isr=(1, 2))
+    assert p.isr == {1} and p.state is IsrState.COMMITTED
+    # a rejection of an old proposal does not cancel a newer one
+    p.follower_fetched(2, 10, 0, 5003)  # 2 rejoins: propose {1, 2}
+    assert p.state is IsrState.PENDING_EXPAND
+    p.isr_rejected(isr=(1, 3))
+    assert p.state is IsrState.PENDING_EXPAND and p.proposed == {1, 2}

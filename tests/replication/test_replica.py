@@ -41,7 +41,7 @@ def test_a_new_leader_knows_nothing_of_its_followers_ends():
     r = ReplicaState(2, log_end_offset=80, last_caught_up_ms=100)
     in_sync = r.reset(90, now_ms=7000, new_leader=True, in_sync=True)
     assert in_sync.log_end_offset == UNKNOWN_OFFSET and in_sync.last_caught_up_ms == 7000
-    assert in_sync.last_fetch_leader_end_offset == 90 and in_sync.last_fetch_ms == 7000
+    assert in_sync.last_fetch_leader_end_offset == UNKNOWN_OFFSET and in_sync.last_fetch_ms == NEVER
     out = r.reset(90, now_ms=7000, new_leader=True, in_sync=False)
     assert out.last_caught_up_ms == NEVER and not out.is_caught_up(90, 7000, LAG)
     assert r.reset(90, now_ms=7000, new_leader=False, in_sync=True) is r

@@ -152,7 +152,9 @@ class LeaderPartition:
         self.log_end_offset = log_end_offset
         return self._maybe_increment_hw(now_ms)
 
-    # Kafka Partition.updateFollowerFetchState
+    # Kafka Partition.updateFollowerFetchState. Not for a fetch answered with a DivergingEpoch
+    # (Kafka skips the update then); and the high watermark the response carries is the one
+    # read before this call.
     def follower_fetched(self, broker_id: int, fetch_offset: int, log_start_offset: int, now_ms: int,
                          broker_epoch: int = -1) -> list[Effect]:
         """A Fetch from follower `broker_id` at `fetch_offset` (its LEO), read against this
@@ -179,27 +181,42 @@ class LeaderPartition:
         self._move(IsrEvent.PROPOSE_SHRINK)
         return [ProposeIsr(self.proposed, self.leader_epoch, self.partition_epoch)]
 
-    def isr_committed(self, partition_epoch: int, now_ms: int) -> list[Effect]:
-        """The store took the proposed ISR; the partition's state now has `partition_epoch`."""
+    def isr_committed(self, partition_epoch: int, now_ms: int, isr: Iterable[int] | None = None) -> list[Effect]:
+        """The store took the proposed ISR (`isr`, when the driver says which); the partition's
+        state now has `partition_epoch`. An answer for a proposal no longer in flight (the
+        watch already brought it, or something newer) changes nothing, as Kafka ignores an
+        AlterPartition response for a pending state it no longer has."""
+        if isr is not None and self._stale(isr):
+            return []
         self._move(IsrEvent.COMMITTED)
         self.isr, self.proposed = self.proposed, None
-        self.partition_epoch = partition_epoch
+        self.partition_epoch = max(self.partition_epoch, partition_epoch)
         return self._maybe_increment_hw(now_ms)
 
-    def isr_rejected(self) -> None:
+    def isr_rejected(self, isr: Iterable[int] | None = None) -> None:
         """The store refused the proposal (its partition epoch moved on): back to the committed
         ISR. Kafka does the same on INVALID_UPDATE_VERSION and waits for the new state."""
+        if isr is not None and self._stale(isr):
+            return
         self._move(IsrEvent.REJECTED)
         self.proposed = None
 
+    def _stale(self, isr: Iterable[int]) -> bool:
+        return self.proposed is None or frozenset(isr) != self.proposed
+
     def replaced(self, isr: Iterable[int], partition_epoch: int, now_ms: int) -> list[Effect]:
-        """The store holds a newer state for this same leader epoch (the controller removed a
-        dead broker from the ISR, say); any change in flight is void. A new leader epoch is
-        not this: the driver makes a new LeaderPartition, or a follower."""
+        """The store's watch shows a newer state for this same leader epoch: this leader's own
+        proposal (etcd does not order the watch and the transaction's answer: whichever
+        comes first commits it), or another writer's (the controller removed a dead broker
+        from the ISR), which voids any change in flight. A new leader epoch is not this:
+        the driver makes a new LeaderPartition, or a follower."""
         if partition_epoch <= self.partition_epoch:
-            return []  # what this leader already knows (its own write, seen through the watch)
+            return []  # what this leader already knows
+        isr = frozenset(isr)
+        if self.proposed is not None and isr == self.proposed:
+            return self.isr_committed(partition_epoch, now_ms)
         self._move(IsrEvent.REPLACED)
-        self.isr, self.proposed, self.partition_epoch = frozenset(isr), None, partition_epoch
+        self.isr, self.proposed, self.partition_epoch = isr, None, partition_epoch
         return self._maybe_increment_hw(now_ms)
 
     def brokers_changed(self, eligible: Iterable[int], now_ms: int) -> list[Effect]:

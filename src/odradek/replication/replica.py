@@ -62,5 +62,6 @@ class ReplicaState:
         lag window from now, the others none (Kafka: lastCaughtUpTime 0, long ago)."""
         if not new_leader:
             return self
+        # Kafka: lastFetchLeaderLogEndOffset unknown, lastFetchTimeMs 0 (never).
         return ReplicaState(self.broker_id, last_caught_up_ms=now_ms if in_sync else NEVER,
-                            last_fetch_leader_end_offset=leader_end_offset, last_fetch_ms=now_ms)
+                            last_fetch_leader_end_offset=UNKNOWN_OFFSET, last_fetch_ms=NEVER)
