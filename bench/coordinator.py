@@ -103,7 +103,7 @@ from odradek.coordinator.consumer.model import (
 )
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit
-from odradek.coordinator.runtime import CoordinatorRuntime
+from odradek.coordinator.runtime import CoordinatorRuntime, discarding_writer
 from odradek.protocol.framing import frame as size_prefixed
 from odradek.protocol.messages import (
     build,
@@ -127,16 +127,6 @@ REBALANCE_TIMEOUT_MS = 300_000
 # --------------------------------------------------------------------------
 
 
-
-def _sink():
-    """A writer whose records go nowhere (it still numbers them, as a log would)."""
-    end = [-1]
-
-    def write(_partition, records, _now):
-        end[0] += len(records)
-        return end[0]
-
-    return write
 
 def member_ids(n: int) -> list[str]:
     """Deterministic 36-character ids, as KIP-1082 clients generate (UUID strings)."""
@@ -682,7 +672,7 @@ def replay_phases(b: Broker) -> list[tuple[str, float, int]]:
     pairs = {p: list(c.read_partition(p)) for p in parts}
     t1 = time.perf_counter()
     n = 0
-    scratch = CoordinatorRuntime(c.config, _sink(), c.runtime.image)  # its writes go nowhere
+    scratch = CoordinatorRuntime(c.config, discarding_writer(), c.runtime.image)  # its writes go nowhere
     now = wall_clock_ms()
     for p in parts:
         n += scratch.load_bytes(p, pairs[p], now).records_replayed

@@ -31,27 +31,17 @@ from odradek.broker.errors import CloseConnection
 from odradek.cluster.names import CONSUMER_OFFSETS
 from odradek.config import BrokerConfig
 from odradek.coordinator.consumer_protocol import encode_assignment, encode_subscription
-from odradek.coordinator.runtime import CoordinatorRuntime
+from odradek.coordinator.runtime import CoordinatorRuntime, discarding_writer
+from odradek.protocol.errors import MEMBER_ID_REQUIRED
 from odradek.protocol.messages import request_class
 from odradek.records.codec import Record, encode_batch
 from tests.broker import fuzz_frames as F
 from tests.wire import parse_response, request_frame
 
-MEMBER_ID_REQUIRED = 79
 SENTINEL = "sentinel-never-fuzzed"  # no seed or mutation names it: the "still serves" check reads it
 FIXED_TOPICS = {"fz": 2, "fz-doomed": 1, "fz-grow": 1, SENTINEL: 1}
 
 
-
-def _sink():
-    """A coordinator writer whose records go nowhere (numbered as a log would number them)."""
-    end = [-1]
-
-    def write(_partition, records, _now):
-        end[0] += len(records)
-        return end[0]
-
-    return write
 
 class Tracebacks(logging.Handler):
     """Collects every record that carries a traceback or is logged at ERROR or above."""
@@ -132,7 +122,7 @@ class Fuzzer:
         partitions written since the last time: replaying all of them each time grows
         quadratically with the run)."""
         coordinator = self.broker.coordinator
-        runtime = CoordinatorRuntime(coordinator.config, _sink(), coordinator.build_image())
+        runtime = CoordinatorRuntime(coordinator.config, discarding_writer(), coordinator.build_image())
         for p in range(coordinator.config.offsets_topic_partitions):
             end = self.broker.logs.get(CONSUMER_OFFSETS, p).log_end_offset
             if self.loaded.get(p) != end:

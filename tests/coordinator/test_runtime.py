@@ -602,3 +602,10 @@ def test_a_classic_group_over_group_max_size_after_a_restart_rebalances():
     c.advance(30_000)  # the join phase ends at the rebalance timeout, as in Kafka
     assert all(a and a[0]["error_code"] == 0 for a in answers[:2])
     assert len(c.classic().members) == 2 and c.classic().generation == gen + 1
+
+
+def test_a_discarding_writer_numbers_what_it_drops_as_a_log_would():
+    from odradek.coordinator.runtime import discarding_writer
+
+    write = discarding_writer()
+    assert write(0, [object(), object()], 0) == 1 and write(3, [], 0) == 1 and write(1, [object()], 0) == 2

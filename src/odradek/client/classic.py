@@ -78,6 +78,7 @@ from odradek.coordinator.consumer_protocol import (
 )
 from odradek.coordinator.records import RecordError
 
+from ..transitions import IllegalTransition
 from .assignors import MemberSubscription
 from .cluster import TopicPartition
 from .errors import KafkaError
@@ -137,11 +138,6 @@ class Event(Enum):
     FATAL_ERROR = "fatal-error"
     LEAVE = "leave"
     LEFT = "left"  # LeaveGroup answered or failed, or there was nobody to tell
-
-
-class IllegalTransition(AssertionError):
-    """An event the member's current state has no entry for (h11's LocalProtocolError):
-    our own driver broke the protocol, never the coordinator."""
 
 
 S = State

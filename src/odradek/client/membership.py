@@ -39,6 +39,7 @@ from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
+from ..transitions import IllegalTransition
 from .errors import COORDINATOR_MOVED, KafkaError
 
 TopicIdPartition = tuple[uuid.UUID, int]
@@ -91,11 +92,6 @@ class Event(Enum):
     FATAL_ERROR = "fatal-error"  # an error Java's ConsumerMembershipManager treats as fatal
     LEAVE = "leave"  # leave(): the next heartbeat carries epoch -1 (or -2)
     LEFT = "left"  # the leave heartbeat was answered or failed, or there was nobody to tell
-
-
-class IllegalTransition(AssertionError):
-    """An event the member's current state has no entry for (h11's LocalProtocolError):
-    our own driver broke the protocol, never the coordinator."""
 
 
 _S, _E = State, Event

@@ -59,6 +59,19 @@ from .timer import Timer
 log = logging.getLogger(__name__)
 
 Writer = Callable[[int, list[CoordinatorRecord], int], int]
+
+
+def discarding_writer() -> Writer:
+    """A writer whose records go nowhere, numbered as a log would number them (the last
+    offset written): for a runtime whose log is not kept (benchmarks, fuzzing)."""
+    end = -1
+
+    def write(_partition: int, records: list[CoordinatorRecord], _now_ms: int) -> int:
+        nonlocal end
+        end += len(records)
+        return end
+
+    return write
 Reader = Callable[[int], Iterable[tuple[bytes | None, bytes | None]]]
 
 

@@ -50,6 +50,7 @@ from ..protocol.errors import (
     NOT_ENOUGH_REPLICAS,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 )
+from ..transitions import IllegalTransition
 from .replica import ReplicaState
 
 
@@ -91,10 +92,6 @@ ISR_TRANSITIONS: dict[tuple[IsrState, IsrEvent], IsrState] = {
     (IsrState.PENDING_EXPAND, IsrEvent.REPLACED): IsrState.COMMITTED,
     (IsrState.PENDING_SHRINK, IsrEvent.REPLACED): IsrState.COMMITTED,
 }
-
-
-class IllegalTransition(AssertionError):
-    """An ISR event with no entry in ISR_TRANSITIONS (a driver bug)."""
 
 
 class UnknownReplica(KeyError):

@@ -31,6 +31,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...transitions import IllegalTransition
+
 Reply = Callable[[dict], None]
 
 
@@ -50,11 +52,6 @@ class ClassicEvent(enum.Enum):
     JOIN_EMPTIED = "join-emptied"  # the join phase ended with no member left
     ASSIGNED = "assigned"  # the leader's SyncGroup brought the assignment
     DELETED = "deleted"  # the group's tombstone: deleted, expired, or converted to a consumer group
-
-
-class IllegalTransition(AssertionError):
-    """An event the group's current state has no entry for (h11's LocalProtocolError): the
-    coordinator's own logic is wrong, never the client's (those are error codes)."""
 
 
 S = ClassicState

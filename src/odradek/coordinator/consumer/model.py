@@ -28,6 +28,8 @@ import enum
 import uuid
 from dataclasses import dataclass, field, replace
 
+from ...transitions import IllegalTransition
+
 # topic id -> partition -> assignment epoch (KIP-1251)
 Partitions = dict[uuid.UUID, dict[int, int]]
 # topic id -> partitions (target assignments carry no epochs)
@@ -62,11 +64,6 @@ class GroupCondition(enum.Enum):
     EPOCH_AHEAD = "epoch-ahead"  # group epoch > target assignment epoch: a target is due
     UNRECONCILED = "unreconciled"  # a member is not at the target epoch, or not STABLE
     RECONCILED = "reconciled"  # every member is STABLE at the target epoch
-
-
-class IllegalTransition(AssertionError):
-    """A condition the group's current state has no entry for (h11's LocalProtocolError):
-    the records broke an invariant of the coordinator, never the client's doing."""
 
 
 _G, _C = GroupState, GroupCondition
