@@ -9,7 +9,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_SPARK := $(VENV)/.installed-spark
 
-.PHONY: run test test-all bench demo java clean
+.PHONY: run test test-all bench demo java etcd cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ kcat:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# A cluster's metadata lives in etcd: Debian's etcd-server (3.4) when there is none.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
+
 # PySpark needs a Java 17+ runtime: Debian's default-jre-headless (OpenJDK 17 on bookworm) when there is none.
 java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -49,11 +55,11 @@ java:
 run: $(STAMP_RUN)
 	$(VENV)/bin/odradek broker --data-dir ./data --listen 127.0.0.1:9092
 
-test: $(STAMP_DEV) kcat java
+test: $(STAMP_DEV) kcat java etcd
 	$(VENV)/bin/pytest -q
 
 # Everything, slow tests included.
-test-all: $(STAMP_DEV) kcat java
+test-all: $(STAMP_DEV) kcat java etcd
 	$(VENV)/bin/pytest -q -m ''
 
 bench: $(STAMP_BENCH) $(STAMP_SPARK) java

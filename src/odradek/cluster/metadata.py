@@ -74,15 +74,60 @@ def _random_uuid() -> uuid.UUID:
             return u
 
 
-class MetadataStore:
+class TopicRegistry:
+    """Topics by name and by id, and the names they collide with: the read side every
+    metadata backend shares (the file store here, etcd's mirror in etcd_store.py)."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, Topic] = {}
+        self.by_id: dict[uuid.UUID, Topic] = {}
+        self._collisions: dict[str, str] = {}  # collision key -> topic name
+
+    def _add(self, topic: Topic) -> None:
+        self.topics[topic.name] = topic
+        self.by_id[topic.topic_id] = topic
+        self._collisions[collision_key(topic.name)] = topic.name
+
+    def _remove(self, name: str) -> Topic:
+        topic = self.topics.pop(name)
+        self.by_id.pop(topic.topic_id, None)
+        if self._collisions.get(collision_key(topic.name)) == topic.name:
+            del self._collisions[collision_key(topic.name)]
+        return topic
+
+    def get(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self.by_id.get(topic_id)
+
+    def check_create(self, name: str) -> None:
+        """Raise TopicExists or TopicCollision (Kafka: '.' and '_' collide in metric names)."""
+        if name in self.topics:
+            raise TopicExists(name)
+        other = self._collisions.get(collision_key(name))
+        if other is not None:
+            raise TopicCollision(f"topic {name!r} collides with existing topic {other!r}")
+
+    def check_create_many(self, names: list[str]) -> None:
+        """check_create for every name, and no two of them colliding with each other."""
+        keys: dict[str, str] = {}
+        for name in names:
+            self.check_create(name)
+            key = collision_key(name)
+            if key in keys:
+                raise (TopicExists(name) if keys[key] == name else
+                       TopicCollision(f"topic {name!r} collides with topic {keys[key]!r} in the same request"))
+            keys[key] = name
+
+
+class MetadataStore(TopicRegistry):
     def __init__(self, data_dir: Path, new_id: Callable[[], uuid.UUID] = _random_uuid) -> None:
+        super().__init__()
         self.data_dir = data_dir
         self.path = data_dir / METADATA_FILE
         self.journal_path = data_dir / JOURNAL_FILE
         self.new_id = new_id
-        self.topics: dict[str, Topic] = {}
-        self.by_id: dict[uuid.UUID, Topic] = {}
-        self._collisions: dict[str, str] = {}  # collision key -> topic name
         self.cluster_id = ""
         self.producer_id_block_end = 0  # producer ids below this were handed out (or reserved)
         self._next_producer_id = 0
@@ -149,21 +194,13 @@ class MetadataStore:
 
     # --- applying changes -----------------------------------------------------------------------
 
-    def _add(self, topic: Topic) -> None:
-        self.topics[topic.name] = topic
-        self.by_id[topic.topic_id] = topic
-        self._collisions[collision_key(topic.name)] = topic.name
-
     def _apply(self, op: list[Any]) -> None:
         kind = op[0]
         if kind == "create":
             _, name, tid, partitions, configs = op
             self._add(Topic(name, uuid.UUID(tid), int(partitions), dict(configs)))
         elif kind == "delete":
-            topic = self.topics.pop(op[1])
-            self.by_id.pop(topic.topic_id, None)
-            if self._collisions.get(collision_key(topic.name)) == topic.name:
-                del self._collisions[collision_key(topic.name)]
+            self._remove(op[1])
         elif kind == "partitions":
             self.topics[op[1]].partitions = int(op[2])
         elif kind == "group_config":
@@ -238,22 +275,6 @@ class MetadataStore:
         """Fold the journal into the snapshot now (also done automatically)."""
         self._snapshot()
 
-    # --- reads ------------------------------------------------------------------------------
-
-    def get(self, name: str) -> Topic | None:
-        return self.topics.get(name)
-
-    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
-        return self.by_id.get(topic_id)
-
-    def check_create(self, name: str) -> None:
-        """Raise TopicExists or TopicCollision (Kafka: '.' and '_' collide in metric names)."""
-        if name in self.topics:
-            raise TopicExists(name)
-        other = self._collisions.get(collision_key(name))
-        if other is not None:
-            raise TopicCollision(f"topic {name!r} collides with existing topic {other!r}")
-
     # --- writes -------------------------------------------------------------------------------
 
     def create(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
@@ -261,16 +282,8 @@ class MetadataStore:
 
     def create_many(self, specs: list[tuple[str, int, dict[str, str]]]) -> list[Topic]:
         """Create topics with one journal write; all or none (checks raise before writing)."""
-        keys: dict[str, str] = {}
-        ops = []
-        for name, partitions, configs in specs:
-            self.check_create(name)
-            key = collision_key(name)
-            if key in keys:
-                raise (TopicExists(name) if keys[key] == name else
-                       TopicCollision(f"topic {name!r} collides with topic {keys[key]!r} in the same request"))
-            keys[key] = name
-            ops.append(["create", name, str(self.new_id()), partitions, dict(configs)])
+        self.check_create_many([name for name, _, _ in specs])
+        ops = [["create", name, str(self.new_id()), partitions, dict(configs)] for name, partitions, configs in specs]
         self._commit(ops)
         return [self.topics[name] for name, _, _ in specs]
 

@@ -1,0 +1,204 @@
+"""The one interface between a broker and its cluster metadata, and the embedded file store.
+
+Theory of operation: a broker reads metadata synchronously from the backend's local
+mirror (`topics`, `get`, `image()`, ...) and changes it only through the backend's
+`async` writes, which return once the change is durable (fsynced to the journal, or
+committed by etcd) and visible in the mirror. Every broker learns of every change,
+its own included, through `subscribe`: the callback gets the image before and after.
+Which backend is in use is decided once, by `open_backend`, from `--metadata`; nothing
+else in the broker knows.
+
+Implementations:
+- `FileBackend`: today's single-node store (cluster/metadata.py), the embedded default.
+  The node leads every partition at leader epoch 0 with itself as the whole ISR.
+- `EtcdBackend` (cluster/etcd_store.py): etcd v3, for a replicated cluster.
+
+The file store's writes never suspend, so code that must stay synchronous (the broker's
+constructor creating `__consumer_offsets`, tests) completes them with `run_now`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from .image import BrokerInfo, ClusterImage, PartitionState, TopicPartition
+from .metadata import MetadataStore, Topic
+
+T = TypeVar("T")
+TopicSpec = tuple[str, int, dict[str, str]]  # name, partition count, config overrides
+Listener = Callable[[ClusterImage, ClusterImage], None]
+
+
+class Fenced(Exception):
+    """A compare-and-set lost: the state it was based on is no longer current."""
+
+
+class MetadataUnavailable(Exception):
+    """The metadata store cannot be reached now; the caller retries or answers an error."""
+
+
+class MetadataBackend(Protocol):
+    cluster_id: str
+    topics: dict[str, Topic]
+    by_id: dict[uuid.UUID, Topic]
+    group_configs: dict[str, dict[str, str]]
+    broker_configs: dict[str, dict[str, str]]
+
+    # --- reads: the local mirror, never I/O ---
+    def get(self, name: str) -> Topic | None: ...
+    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None: ...
+    def check_create(self, name: str) -> None: ...
+    def image(self) -> ClusterImage: ...
+    def subscribe(self, listener: Listener) -> None: ...
+
+    # --- lifecycle ---
+    async def start(self, me: BrokerInfo) -> None: ...
+    async def close(self) -> None: ...
+
+    # --- writes: return once durable and visible in the mirror ---
+    async def create_topics(self, specs: list[TopicSpec],
+                            assignments: dict[str, list[tuple[int, ...]]] | None = None) -> list[Topic]: ...
+    async def delete_topic(self, name: str) -> Topic: ...
+    async def add_partitions(self, counts: dict[str, int],
+                             assignments: dict[str, list[tuple[int, ...]]] | None = None) -> None: ...
+    async def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
+                          brokers: dict[str, dict[str, str]] | None = None,
+                          groups: dict[str, dict[str, str]] | None = None) -> None: ...
+    async def allocate_producer_id(self) -> int: ...
+    async def alter_partition(self, tp: TopicPartition, expected: PartitionState,
+                              new: PartitionState) -> PartitionState: ...
+
+
+def run_now(work: Awaitable[T]) -> T:
+    """Finish a coroutine that never suspends (the file store's writes) without a loop.
+    Raises RuntimeError if it does suspend: that backend must be awaited."""
+    coro: Coroutine[Any, Any, T] = work  # type: ignore[assignment]
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("this metadata backend must be awaited on the event loop")
+
+
+class FileBackend:
+    """The embedded single-node backend over MetadataStore's snapshot and journal."""
+
+    def __init__(self, data_dir: Path, node_id: int = 0, new_id: Callable[[], uuid.UUID] | None = None) -> None:
+        self.store = MetadataStore(data_dir, *([new_id] if new_id else []))
+        self.node_id = node_id
+        self._me: BrokerInfo | None = None
+        self._listeners: list[Listener] = []
+        self._image = self._build()
+
+    # MetadataStore changes these dicts in place only, so these are live views.
+    @property
+    def cluster_id(self) -> str:
+        return self.store.cluster_id
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        return self.store.topics
+
+    @property
+    def by_id(self) -> dict[uuid.UUID, Topic]:
+        return self.store.by_id
+
+    @property
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        return self.store.group_configs
+
+    @property
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        return self.store.broker_configs
+
+    def get(self, name: str) -> Topic | None:
+        return self.store.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self.store.get_by_id(topic_id)
+
+    def check_create(self, name: str) -> None:
+        self.store.check_create(name)
+
+    def compact(self) -> None:
+        self.store.compact()
+
+    def image(self) -> ClusterImage:
+        return self._image
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _build(self) -> ClusterImage:
+        n = self.node_id
+        me = (n,)
+        parts = {(t.name, p): PartitionState(me, n, 0, me, 0) for t in self.store.topics.values()
+                 for p in range(t.partitions)}
+        brokers = [self._me] if self._me is not None else []
+        return ClusterImage.of(self.store.cluster_id, brokers, n if self._me else -1, 1 if self._me else 0, parts)
+
+    def _publish(self) -> None:
+        old, self._image = self._image, self._build()
+        for listener in list(self._listeners):
+            listener(old, self._image)
+
+    async def start(self, me: BrokerInfo) -> None:
+        self._me = me
+        self._publish()
+
+    async def close(self) -> None:
+        return None
+
+    async def create_topics(self, specs: list[TopicSpec],
+                            assignments: dict[str, list[tuple[int, ...]]] | None = None) -> list[Topic]:
+        topics = self.store.create_many(specs)
+        self._publish()
+        return topics
+
+    async def delete_topic(self, name: str) -> Topic:
+        topic = self.store.delete(name)
+        self._publish()
+        return topic
+
+    async def add_partitions(self, counts: dict[str, int],
+                             assignments: dict[str, list[tuple[int, ...]]] | None = None) -> None:
+        self.store.set_partitions_many(counts)
+        self._publish()
+
+    async def set_configs(self, topics=None, brokers=None, groups=None) -> None:
+        self.store.set_configs(topics=topics, brokers=brokers, groups=groups)
+
+    async def allocate_producer_id(self) -> int:
+        return self.store.allocate_producer_id()
+
+    async def alter_partition(self, tp: TopicPartition, expected: PartitionState,
+                              new: PartitionState) -> PartitionState:
+        # One node is always the whole ISR: nothing to change, nothing to race.
+        raise Fenced(f"{tp}: a single-node store has no partition state to alter")
+
+
+def parse_metadata_url(url: str) -> list[tuple[str, int]]:
+    """`etcd://HOST:PORT[,HOST:PORT...]` -> endpoints."""
+    if not url.startswith("etcd://"):
+        raise ValueError(f"unsupported metadata store {url!r} (expected etcd://HOST:PORT[,HOST:PORT...])")
+    out = []
+    for part in url[len("etcd://"):].rstrip("/").split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad etcd endpoint {part!r} in {url!r}")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def open_backend(data_dir: Path, metadata_url: str | None, node_id: int,
+                 new_id: Callable[[], uuid.UUID] | None = None, **etcd_options: Any) -> MetadataBackend:
+    """The backend `--metadata` names: none is the embedded file store."""
+    if not metadata_url:
+        return FileBackend(data_dir, node_id, new_id)
+    from .etcd_store import EtcdBackend
+
+    return EtcdBackend(parse_metadata_url(metadata_url), node_id, **etcd_options)
