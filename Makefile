@@ -55,6 +55,10 @@ java:
 run: $(STAMP_RUN)
 	$(VENV)/bin/odradek broker --data-dir ./data --listen 127.0.0.1:9092
 
+# A local three-broker cluster (etcd + brokers on racks a, b, c); Ctrl-C stops it.
+cluster: $(STAMP_RUN) etcd
+	$(VENV)/bin/odradek cluster up --brokers 3 --racks a,b,c --data-dir ./cluster-data
+
 test: $(STAMP_DEV) kcat java etcd
 	$(VENV)/bin/pytest -q
 

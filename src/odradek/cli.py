@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from . import commands
-from .commands import groups, kafka_scripts, pipeline, sim, stream, topics
+from .commands import cluster, groups, kafka_scripts, pipeline, sim, stream, topics
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -37,6 +37,7 @@ def _broker(args: argparse.Namespace) -> int:
         "data_dir": Path(args.data_dir) if args.data_dir else None,
         "node_id": args.node_id,
         "rack": args.rack,
+        "metadata_url": args.metadata,
     }
     config = load_config(args.config, overrides)
     if args.listen:
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--listen", type=_hostport, help="HOST:PORT to listen on (default 127.0.0.1:9092)")
     b.add_argument("--advertise", type=_hostport, help="HOST:PORT advertised to clients (default: --listen)")
     b.add_argument("--node-id", type=int)
-    b.add_argument("--rack")
+    b.add_argument("--rack", help="broker.rack: this broker's rack (rack-aware placement, KIP-392)")
+    b.add_argument("--metadata", metavar="etcd://HOST:PORT[,HOST:PORT...]",
+                   help="join a cluster whose metadata lives in etcd (default: a single broker with its own store)")
     b.add_argument("-o", "--override", action="append", metavar="KEY=VALUE", help="set one broker property")
     b.set_defaults(func=_broker)
     common = commands.common_parser()
@@ -107,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     groups.register(sub, common)
     pipeline.register(sub, common)
     sim.register(sub, common)
+    cluster.register(sub, common)
     kafka_scripts.register(sub, common)
     args = parser.parse_args(argv)
-    level = args.log_level or ("INFO" if args.command == "broker" else "WARNING")
+    level = args.log_level or ("INFO" if args.command in ("broker", "cluster") else "WARNING")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "broker":
+    if args.command in ("broker", "cluster"):
         return args.func(args)
     return commands.dispatch(args)
 

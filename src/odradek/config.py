@@ -63,6 +63,18 @@ class BrokerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics: bool = True
+    # A cluster: `etcd://HOST:PORT[,...]` (cluster/backend.py); None is the embedded file store.
+    metadata_url: str | None = None
+    # KRaft's names for the registration lease: a broker whose lease is not refreshed for
+    # broker.session.timeout.ms is gone, and the controller moves its partitions.
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    # Kafka ReplicaManager / ReplicaFetcherThread settings.
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_backoff_ms: int = 1000
     socket_request_max_bytes: int = 104857600
     retention_check_interval_ms: int = 300_000
     cleaner_backoff_ms: int = 15_000
@@ -165,6 +177,13 @@ class BrokerConfig:
             "request.timeout.ms": str(self.request_timeout_ms),
             "queued.max.request.bytes": str(self.queued_max_request_bytes),
             "log.max.open.files": str(self.log_max_open_files),
+            "broker.session.timeout.ms": str(self.broker_session_timeout_ms),
+            "broker.heartbeat.interval.ms": str(self.broker_heartbeat_interval_ms),
+            "replica.lag.time.max.ms": str(self.replica_lag_time_max_ms),
+            "replica.fetch.wait.max.ms": str(self.replica_fetch_wait_max_ms),
+            "replica.fetch.min.bytes": str(self.replica_fetch_min_bytes),
+            "replica.fetch.max.bytes": str(self.replica_fetch_max_bytes),
+            "replica.fetch.backoff.ms": str(self.replica_fetch_backoff_ms),
         }
         if self.rack is not None:
             out["broker.rack"] = self.rack
@@ -241,6 +260,13 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "queued.max.request.bytes": lambda c, v: setattr(c, "queued_max_request_bytes", int(v)),
     "log.max.open.files": lambda c, v: setattr(c, "log_max_open_files", int(v)),
     "listeners": lambda c, v: _set_listen(c, _listener(v)),
+    "broker.session.timeout.ms": lambda c, v: setattr(c, "broker_session_timeout_ms", _positive(v, 1000)),
+    "broker.heartbeat.interval.ms": lambda c, v: setattr(c, "broker_heartbeat_interval_ms", _positive(v)),
+    "replica.lag.time.max.ms": lambda c, v: setattr(c, "replica_lag_time_max_ms", _positive(v)),
+    "replica.fetch.wait.max.ms": lambda c, v: setattr(c, "replica_fetch_wait_max_ms", _positive(v, 0)),
+    "replica.fetch.min.bytes": lambda c, v: setattr(c, "replica_fetch_min_bytes", _positive(v)),
+    "replica.fetch.max.bytes": lambda c, v: setattr(c, "replica_fetch_max_bytes", _positive(v, 0)),
+    "replica.fetch.backoff.ms": lambda c, v: setattr(c, "replica_fetch_backoff_ms", _positive(v, 0)),
     "advertised.listeners": lambda c, v: _set_advertise(c, _listener(v)),
 }
 

@@ -28,7 +28,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster.metadata import MetadataStore, Topic, TopicCollision, TopicExists
+from ..cluster.backend import open_backend, run_now
+from ..cluster.image import BrokerInfo
+from ..cluster.metadata import Topic, TopicCollision, TopicExists
 from ..cluster.names import InvalidTopicName, collision_key, validate_topic_name
 from ..config import BrokerConfig, resolve_topic_config
 from ..log.errors import LogDirOffline, StorageError
@@ -87,24 +89,48 @@ class Broker:
         # Descriptors are a budget: segments get a share of the (raised) process limit.
         self.fd_limit = raise_fd_limit()
         self.files = FileCache(capacity_for_limit(self.fd_limit, config.log_max_open_files))
-        self.metadata = MetadataStore(config.data_dir, *([new_id] if new_id else []))
+        # The one place that knows which metadata store is in use (cluster/backend.py).
+        self.metadata = open_backend(
+            config.data_dir, config.metadata_url, config.node_id, new_id,
+            lease_ttl_ms=config.broker_session_timeout_ms,
+            unclean=lambda topic: self._unclean_election(topic),
+        )
         # Dynamic broker configs (AlterConfigs on BROKER resources) live with the cluster
         # metadata; attach them before any log opens so every partition sees them.
         config.attach_dynamic(self.metadata.broker_configs)
         self.logs = LogManager(config.data_dir, clock(), self.files)
         self.logs.on_open.append(self._watch)
-        self.logs.open_all(self.metadata.topics.values(), self.topic_config)
         self.purgatory = Purgatory()
         self.supported = supported_versions()
         self.closed = False
+        self.started = False
         self.internal_errors = 0  # handler bugs; tests assert this stays 0
         from .coordinator import GroupCoordinator
+        from .replica_manager import ReplicaManager
 
-        self.coordinator: GroupCoordinator | None = None
-        coordinator = GroupCoordinator(self)
-        coordinator.ensure_topic()
-        self.coordinator = coordinator
-        coordinator.load_all()
+        self.replicas = ReplicaManager(self)
+        self.coordinator: GroupCoordinator | None = GroupCoordinator(self)
+        if not config.metadata_url:
+            # The embedded store answers without I/O: the broker is ready when constructed.
+            run_now(self.start())
+
+    async def start(self) -> None:
+        """Join the cluster (register, load the metadata), open the logs, and take up the
+        partitions and coordinator shards this broker leads. The server calls it once it
+        listens, so the registration carries the real port."""
+        if self.started:
+            return
+        host, port = self.config.advertised
+        self.metadata.subscribe(self.replicas.on_image)
+        await self.metadata.start(BrokerInfo(self.config.node_id, host, port, self.config.rack))
+        self.logs.open_all(self.metadata.topics.values(), self.topic_config)
+        self.started = True
+        self.replicas.on_image(None, self.metadata.image())
+        await self.coordinator.ensure_topic()
+
+    def _unclean_election(self, topic: str) -> bool:
+        t = self.metadata.get(topic)
+        return bool(t is not None and self.topic_config(t)["unclean.leader.election.enable"])
 
     # --- topics ----------------------------------------------------------------------
 
@@ -130,19 +156,26 @@ class Broker:
         """Every StorageError a handler meets goes here: the log directory's health decides."""
         self.logs.report(exc)
 
-    def create_topics(self, specs: list[tuple[str, int, dict[str, str]]]) -> list[Topic]:
+    async def create_topics_async(self, specs: list[tuple[str, int, dict[str, str]]],
+                                  assignments: dict[str, list[tuple[int, ...]]] | None = None,
+                                  factors: dict[str, int] | None = None) -> list[Topic]:
         """Create validated topics with one metadata write (callers check names, counts and
-        configs first). Raises TopicExists/TopicCollision, or StorageError with nothing created."""
+        configs first). `assignments`: explicit replicas per partition; topics without one
+        are placed as Kafka places them (cluster/placement.py) with their
+        `replication.factor` or `default.replication.factor`. Raises TopicExists/
+        TopicCollision, PlacementError, or StorageError with nothing created."""
         self._check_writable()
+        placed = self.replicas.place(specs, assignments or {}, factors)
         try:
-            topics = self.metadata.create_many(specs)
+            topics = await self.metadata.create_topics(specs, placed)
         except StorageError as exc:
             self.storage_failed(exc)
             raise
-        for topic in topics:
-            self.logs.create(topic)
-        self._topics_changed()
-        return topics
+        return topics  # the logs learnt of them from the new image (ReplicaManager.on_image)
+
+    def create_topics(self, specs: list[tuple[str, int, dict[str, str]]]) -> list[Topic]:
+        """`create_topics_async` for the embedded store, which never suspends (tests, tools)."""
+        return run_now(self.create_topics_async(specs))
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
         return self.create_topics([(name, partitions, configs)])[0]
@@ -153,31 +186,32 @@ class Broker:
             self.coordinator.topics_changed()
 
     def delete_topic(self, topic: Topic) -> None:
+        run_now(self.delete_topic_async(topic))
+
+    async def delete_topic_async(self, topic: Topic) -> None:
         self._check_writable()
         try:
-            self.metadata.delete(topic.name)
+            await self.metadata.delete_topic(topic.name)
         except StorageError as exc:
             self.storage_failed(exc)
             raise
-        self.logs.delete(topic)
-        self.purgatory.notify_topic(topic.name)
-        self._topics_changed()
 
     def add_partitions(self, topic: Topic, count: int) -> None:
         self.add_partitions_many({topic.name: count})
 
     def add_partitions_many(self, counts: dict[str, int]) -> None:
+        run_now(self.add_partitions_async(counts))
+
+    async def add_partitions_async(self, counts: dict[str, int],
+                                   assignments: dict[str, list[tuple[int, ...]]] | None = None) -> None:
         self._check_writable()
         old = {name: self.metadata.topics[name].partitions for name in counts}
+        placed = self.replicas.place_more(counts, old, assignments or {})
         try:
-            self.metadata.set_partitions_many(counts)
+            await self.metadata.add_partitions(counts, placed)
         except StorageError as exc:
             self.storage_failed(exc)
             raise
-        for name in counts:
-            topic = self.metadata.topics[name]
-            self.logs.create(topic, first_partition=old[name])
-        self._topics_changed()
 
     def auto_creatable(self, name: str) -> bool:
         if not self.config.auto_create_topics:
@@ -221,7 +255,8 @@ class Broker:
         return {t.name: t for t in results if isinstance(t, Topic)}
 
     async def create_topics_sliced(self, specs: list[tuple[str, int, dict[str, str]]],
-                                   size: int = CREATE_SLICE) -> list[Topic | Exception]:
+                                   size: int = CREATE_SLICE,
+                                   assignments: dict[str, list[tuple[int, ...]]] | None = None) -> list[Topic | Exception]:
         """Create validated topics a slice at a time (one metadata write each), so that a
         request creating 10,000 topics never holds the event loop for long. Returns, per
         spec, its Topic or the exception that stopped it (a name taken meanwhile, or a
@@ -241,9 +276,9 @@ class Broker:
                     results[spec[0]] = exc
             if ready:
                 try:
-                    for topic in self.create_topics(ready):
+                    for topic in await self.create_topics_async(ready, assignments):
                         results[topic.name] = topic
-                except StorageError as exc:
+                except (StorageError, TopicExists, TopicCollision) as exc:
                     for spec in ready:
                         results[spec[0]] = exc
             out.extend(results[spec[0]] for spec in chunk)
@@ -252,6 +287,9 @@ class Broker:
     def auto_create(self, name: str) -> Topic | None:
         """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
         return self.auto_create_many([name]).get(name)
+
+    async def auto_create_async(self, name: str) -> Topic | None:
+        return (await self.auto_create_many_async([name])).get(name)
 
     # --- requests --------------------------------------------------------------------
 
@@ -331,7 +369,16 @@ class Broker:
             log.warning("compaction of %s-%d failed: %s", key[0], key[1], exc)
             return 0
 
+    async def stop(self) -> None:
+        """Leave the cluster (the registration lease is revoked at once) and close."""
+        self.replicas.stop()
+        try:
+            await self.metadata.close()
+        finally:
+            self.close()
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.replicas.stop()
             self.logs.close()

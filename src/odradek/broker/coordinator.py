@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 
+from ..cluster.metadata import TopicExists
 from ..cluster.names import CONSUMER_OFFSETS
 from ..coordinator import records as R
 from ..coordinator.config import CoordinatorConfig
@@ -54,6 +55,7 @@ class GroupCoordinator:
         self.load_time_ms = 0.0
         self.records_loaded = 0
         self.unavailable: dict[int, int] = {}  # shard -> when to try loading it again (ms)
+        self.epochs: dict[int, int] = {}  # offsets partitions this broker leads -> leader epoch
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -77,13 +79,20 @@ class GroupCoordinator:
     def topics_changed(self) -> None:
         self.runtime.update_image(self.build_image(), self.broker.clock())
 
-    def ensure_topic(self):
+    async def ensure_topic(self):
         topic = self.broker.metadata.get(CONSUMER_OFFSETS)
         if topic is None:
-            topic = self.broker.create_topic(CONSUMER_OFFSETS, self.config.offsets_topic_partitions, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-            })
+            # Kafka's offsets.topic.replication.factor (default 3), here capped at the brokers
+            # registered when the topic is created.
+            rf = int(self.broker.config.extra.get("offsets.topic.replication.factor", "3"))
+            try:
+                created = await self.broker.create_topics_async([(CONSUMER_OFFSETS, self.config.offsets_topic_partitions, {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                })], factors={CONSUMER_OFFSETS: rf})
+                topic = created[0]
+            except TopicExists:  # another broker of the cluster created it first
+                topic = self.broker.metadata.get(CONSUMER_OFFSETS)
         elif topic.partitions != self.config.offsets_topic_partitions:
             # Kafka never changes this after creation either: group placement depends on it.
             raise SystemExit(
@@ -101,28 +110,40 @@ class GroupCoordinator:
         try:
             plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
             # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
-            return plog.append(batch, [read_header(batch)], now_ms).last_offset
+            tp = (CONSUMER_OFFSETS, partition)
+            last = plog.append(batch, [read_header(batch)], now_ms, self.epochs.get(partition, SINGLE_NODE_EPOCH)).last_offset
+            self.broker.replicas.appended(tp, plog)
+            return last
         except StorageError as exc:
             self.broker.storage_failed(exc)
             # GroupCoordinatorService.normalizeException: KafkaStorageException -> NOT_COORDINATOR.
             raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition}: {exc}") from exc
 
-    def load_all(self) -> None:
-        """Elect every shard: a single broker coordinates every partition."""
+    def elect(self, partition: int, epoch: int, now_ms: int) -> bool:
+        """This broker leads `partition` of the offsets topic at `epoch`: load its shard."""
+        self.epochs[partition] = epoch
         started = time.perf_counter()
-        now = self.broker.clock()
-        for p in range(self.config.offsets_topic_partitions):
-            self._load(p, now)
-        self.load_time_ms = (time.perf_counter() - started) * 1000
-        if self.records_loaded:
-            log.info("loaded %d coordinator records in %.1f ms", self.records_loaded, self.load_time_ms)
+        before = self.records_loaded
+        ok = self._load(partition, now_ms)
+        self.load_time_ms += (time.perf_counter() - started) * 1000
+        if self.records_loaded - before > 1000:
+            log.info("loaded %d coordinator records of %s-%d", self.records_loaded - before, CONSUMER_OFFSETS, partition)
+        return ok
+
+    def resign(self, partition: int, epoch: int | None) -> None:
+        """This broker no longer leads `partition`: its shard unloads (issue 18 makes this
+        a fail-over; here the requests simply go to the new leader)."""
+        self.epochs.pop(partition, None)
+        self.unavailable.pop(partition, None)
+        if partition in self.runtime.shards:
+            self.runtime.on_resignation(partition)
 
     def _load(self, partition: int, now_ms: int) -> bool:
         """Load one shard; on failure it stays unloaded (its groups unavailable) and is
         retried by `tick`. Loading writes records too (KIP-848 fail-over bumps), so a
         full disk can fail it as well as an offline partition can."""
         try:
-            self.runtime.on_election(partition, SINGLE_NODE_EPOCH, now_ms)
+            self.runtime.on_election(partition, self.epochs.get(partition, SINGLE_NODE_EPOCH), now_ms)
         except (StorageError, CodecError, CoordinatorUnavailable) as exc:
             if partition not in self.unavailable:
                 log.error("group coordinator shard %s-%d is unavailable (its groups cannot be served until it "
@@ -147,7 +168,7 @@ class GroupCoordinator:
         for partition, due in list(self.unavailable.items()):
             if now >= due:
                 self._load(partition, now)
-        for partition in range(self.config.offsets_topic_partitions):
+        for partition in self.epochs:
             # A shard whose revert could not read its log is FAILED: elect it again later.
             if partition not in self.runtime.shards and partition not in self.unavailable:
                 self.unavailable[partition] = now + RELOAD_BACKOFF_MS

@@ -254,7 +254,11 @@ class BrokerServer:
         self.port = self.server.sockets[0].getsockname()[1]
         if cfg.listen_port == 0:
             cfg.listen_port = self.port
+        # Join the cluster now that the port is known (the registration carries it).
+        await self.broker.start()
         self._maintenance = [
+            # Kafka's isr-expiration task: every replica.lag.time.max.ms / 2.
+            asyncio.create_task(self._every(cfg.replica_lag_time_max_ms / 2000, self.broker.replicas.tick)),
             asyncio.create_task(self._every(1.0, self.broker.tick)),
             # Coordinator timers (session/rebalance timeouts) are checked every 50 ms: they
             # are milliseconds-precise in Kafka and cheap to poll here.
@@ -321,7 +325,7 @@ class BrokerServer:
             conn.abort()
         if self.server is not None:
             await self.server.wait_closed()
-        self.broker.close()
+        await self.broker.stop()
 
 
 def _resolve_overrides(overrides: dict[str, int]) -> dict[str, int]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-NONE = ErrorCode.none
 COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
 COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 CORRUPT_MESSAGE = ErrorCode.corrupt_message
 FENCED_INSTANCE_ID = ErrorCode.fenced_instance_id
+FENCED_LEADER_EPOCH = ErrorCode.fenced_leader_epoch
 FENCED_MEMBER_EPOCH = ErrorCode.fenced_member_epoch
 FETCH_SESSION_ID_NOT_FOUND = ErrorCode.fetch_session_id_not_found
 GROUP_ID_NOT_FOUND = ErrorCode.group_id_not_found
@@ -38,19 +38,24 @@ KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
 LEADER_NOT_AVAILABLE = ErrorCode.leader_not_available
 MEMBER_ID_REQUIRED = ErrorCode.member_id_required
 MESSAGE_TOO_LARGE = ErrorCode.message_too_large
+NONE = ErrorCode.none
 NON_EMPTY_GROUP = ErrorCode.non_empty_group
 NOT_COORDINATOR = ErrorCode.not_coordinator
 NOT_ENOUGH_REPLICAS = ErrorCode.not_enough_replicas
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = ErrorCode.not_enough_replicas_after_append
+NOT_LEADER_OR_FOLLOWER = ErrorCode.not_leader_or_follower
 OFFSET_METADATA_TOO_LARGE = ErrorCode.offset_metadata_too_large
+OFFSET_NOT_AVAILABLE = ErrorCode.offset_not_available
 OFFSET_OUT_OF_RANGE = ErrorCode.offset_out_of_range
 OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.out_of_order_sequence_number
 POLICY_VIOLATION = ErrorCode.policy_violation
 REBALANCE_IN_PROGRESS = ErrorCode.rebalance_in_progress
 RECORD_LIST_TOO_LARGE = ErrorCode.record_list_too_large
+REQUEST_TIMED_OUT = ErrorCode.request_timed_out
 STALE_MEMBER_EPOCH = ErrorCode.stale_member_epoch
 TOPIC_ALREADY_EXISTS = ErrorCode.topic_already_exists
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = ErrorCode.transactional_id_authorization_failed
+UNKNOWN_LEADER_EPOCH = ErrorCode.unknown_leader_epoch
 UNKNOWN_MEMBER_ID = ErrorCode.unknown_member_id
 UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
 UNKNOWN_TOPIC_ID = ErrorCode.unknown_topic_id

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     fetch,
     find_coordinator,
     groups,
+    leader_epoch,
     list_offsets,
     metadata,
     offsets,

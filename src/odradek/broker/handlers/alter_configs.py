@@ -85,13 +85,13 @@ def reconfigure_open_logs(broker, names=None) -> None:
             broker.logs.reconfigure(topic, broker.topic_config(topic))
 
 
-def apply(broker, changes: Changes) -> None:
+async def apply(broker, changes: Changes) -> None:
     """Persist `changes` with one journal write, then reconfigure the live logs.
     Raises StorageError with nothing changed."""
     if not (changes.topics or changes.brokers or changes.groups):
         return
     try:
-        broker.metadata.set_configs(topics=changes.topics, brokers=changes.brokers, groups=changes.groups)
+        await broker.metadata.set_configs(topics=changes.topics, brokers=changes.brokers, groups=changes.groups)
     except StorageError as exc:
         broker.storage_failed(exc)
         raise
@@ -166,7 +166,7 @@ def _preprocess(broker, resources, null_ok) -> dict[int, Rejected]:
     return rejected
 
 
-def _run(broker, request, new_set) -> dict:
+async def _run(broker, request, new_set) -> dict:
     """Shared by both APIs: `new_set(resource) -> complete new config set` (raises Rejected)."""
     body = request.body
     resources = list(body.resources)
@@ -192,7 +192,7 @@ def _run(broker, request, new_set) -> dict:
             rejected[i] = exc
     if not body.validate_only:
         try:
-            apply(broker, changes)
+            await apply(broker, changes)
         except StorageError as exc:
             for i in accepted:
                 rejected[i] = Rejected(KAFKA_STORAGE_ERROR, str(exc))
@@ -208,13 +208,13 @@ def _run(broker, request, new_set) -> dict:
 
 
 @api(33, "AlterConfigs", 0, 2)
-def alter_configs(broker, request):
+async def alter_configs(broker, request):
     def new_set(r) -> dict[str, str]:
         if r.resource_type == GROUP:
             return {_group_key(c.name): c.value for c in r.configs}
         return {c.name: c.value for c in r.configs}
 
-    return _run(broker, request, new_set)
+    return await _run(broker, request, new_set)
 
 
 def _stored(broker, r) -> dict[str, str]:
@@ -267,7 +267,7 @@ def _java_split(s: str) -> list[str]:
 
 
 @api(44, "IncrementalAlterConfigs", 0, 1)
-def incremental_alter_configs(broker, request):
+async def incremental_alter_configs(broker, request):
     def new_set(r) -> dict[str, str]:
         values = _stored(broker, r)
         for c in r.configs:
@@ -287,4 +287,4 @@ def incremental_alter_configs(broker, request):
                 raise Rejected(INVALID_REQUEST, f"Unknown operations type {c.config_operation}")
         return values
 
-    return _run(broker, request, new_set)
+    return await _run(broker, request, new_set)

@@ -13,17 +13,9 @@ UNSUPPORTED_ENDPOINT_TYPE = 115
 @api(60, "DescribeCluster", 0, 2)
 def describe_cluster(broker, request):
     endpoint_type = request.field("endpoint_type", BROKERS_ENDPOINT)
-    host, port = broker.config.advertised
     error, message = NONE, None
-    brokers = [
-        {
-            "broker_id": broker.config.node_id,
-            "host": host,
-            "port": port,
-            "rack": broker.config.rack,
-            "is_fenced": False,
-        }
-    ]
+    brokers = [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
+               for b in broker.replicas.brokers()]
     if endpoint_type != BROKERS_ENDPOINT:
         # A broker answers only for brokers; controllers are asked directly (KIP-919).
         error, message, brokers = UNSUPPORTED_ENDPOINT_TYPE, "this node is a broker", []
@@ -33,7 +25,7 @@ def describe_cluster(broker, request):
         "error_message": message,
         "endpoint_type": endpoint_type,
         "cluster_id": broker.metadata.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": broker.replicas.controller(),
         "brokers": brokers,
         "cluster_authorized_operations": authorized_operations(
             "cluster", bool(request.field("include_cluster_authorized_operations", False))),

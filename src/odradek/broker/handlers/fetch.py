@@ -1,5 +1,17 @@
 """Fetch v4-v16: stored bytes out, long-poll through the purgatory.
 
+Replication (Kafka's ReplicaManager.fetchMessages): a Fetch naming a replica id (v15+: in
+`replica_state`) comes from a follower. It is served by the leader only, up to the log
+end; with v12+ its `last_fetched_epoch` is checked against the leader epoch cache first,
+and a log that diverged gets `diverging_epoch` (the end of the follower's last epoch as
+this leader knows it) and no records; otherwise the fetch tells the leader the follower's
+log end (LeaderPartition.follower_fetched), which moves the ISR and the high watermark.
+Consumers (replica id -1) are served by the leader up to the high watermark: an offset
+between the high watermark and the log end is answered empty, past the log end
+OFFSET_OUT_OF_RANGE. `current_leader_epoch` (v9+) older than this broker's is
+FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH; a broker that does not lead the partition
+answers NOT_LEADER_OR_FOLLOWER with the leader it knows (v12+ `current_leader`).
+
 Sessions: odradek does not create incremental fetch sessions (an empty session is what
 the issue allows for now): a request with session id 0 is a full fetch and the response
 says session id 0, which tells clients no session exists, so they keep sending full
@@ -15,6 +27,9 @@ from kio.schema.errors import ErrorCode
 
 from ...log.errors import CorruptBatch, StorageError
 from ...log.partition import OffsetOutOfRange
+from ...replication.follower import OffsetOutOfRange as CannotPlaceFetch
+from ...replication.follower import diverging_epoch
+from ..replica_manager import NotServable
 from ...protocol.errors import (
     CORRUPT_MESSAGE,
     FETCH_SESSION_ID_NOT_FOUND,
@@ -31,8 +46,8 @@ UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
 ZSTD_FETCH_VERSION = 10  # KIP-110: the first Fetch version whose clients read zstd
 
 
-def _partition(index, code, hw=-1, log_start=-1, records=b""):
-    return {
+def _partition(index, code, hw=-1, log_start=-1, records=b"", **extra):
+    return {**extra,
         "partition_index": index,
         "error_code": code,
         "high_watermark": hw,
@@ -52,8 +67,28 @@ def _resolve(broker, t, by_id: bool):
     return topic, (UNKNOWN_TOPIC_OR_PARTITION if topic is None else NONE)
 
 
-def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION):
+def replica_of(request) -> tuple[int, int]:
+    """(replica id, broker epoch): -1 for a consumer (v15+ moved it into ReplicaState)."""
+    state = request.field("replica_state", None)
+    if state is not None:
+        return int(state.replica_id), int(state.replica_epoch)
+    return int(request.field("replica_id", -1)), -1
+
+
+def _leader_check(broker, tp, p, replica_id):
+    """None when this broker may serve `p`, else the partition's error response."""
+    try:
+        broker.replicas.leader_for_serving(tp, int(getattr(p, "current_leader_epoch", -1)))
+    except NotServable as exc:
+        state = broker.replicas.state(*tp)
+        extra = {"current_leader": {"leader_id": state.leader, "leader_epoch": state.leader_epoch}} if state else {}
+        return _partition(p.partition, exc.code, **extra)
+    return None
+
+
+def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1), first_pass=True):
     """One pass over the requested partitions. Returns (responses, bytes, had_error)."""
+    replica_id, replica_epoch = replica
     budget = body.max_bytes
     total = 0
     had_error = False
@@ -78,11 +113,36 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION):
                 # served to a Fetch older than v10 (its client could not read it).
                 parts.append(_partition(p.partition, UNSUPPORTED_COMPRESSION_TYPE))
                 continue
+            tp = (topic.name, p.partition)
+            refused = _leader_check(broker, tp, p, replica_id)
+            if refused is not None:
+                parts.append(refused)
+                had_error = True
+                continue
+            if replica_id >= 0:
+                last_fetched = int(getattr(p, "last_fetched_epoch", -1))
+                try:
+                    diverged = diverging_epoch(plog.epochs, plog.log_end_offset, plog.log_start_offset,
+                                               last_fetched, p.fetch_offset)
+                except CannotPlaceFetch:
+                    parts.append(_partition(p.partition, OFFSET_OUT_OF_RANGE, plog.high_watermark,
+                                            plog.log_start_offset))
+                    had_error = True
+                    continue
+                if diverged is not None:
+                    # Kafka: the follower truncates to the end of its last common epoch first.
+                    parts.append(_partition(p.partition, NONE, plog.high_watermark, plog.log_start_offset,
+                                            diverging_epoch={"epoch": diverged.epoch,
+                                                             "end_offset": diverged.end_offset}))
+                    had_error = True
+                    continue
             limit = min(p.partition_max_bytes, max(budget - total, 0))
+            # Consumers read committed data only: up to the high watermark.
+            bound = None if replica_id >= 0 or not plog.replicated else plog.high_watermark
             try:
                 # KIP-74: the first partition with data returns at least one whole batch,
                 # even past max_bytes, so a large batch can never block a consumer.
-                result = plog.read(p.fetch_offset, limit, min_one=first_data)
+                result = plog.read(p.fetch_offset, limit, min_one=first_data, max_offset=bound)
             except OffsetOutOfRange:
                 parts.append(_partition(p.partition, OFFSET_OUT_OF_RANGE, plog.high_watermark, plog.log_start_offset))
                 had_error = True
@@ -98,6 +158,10 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION):
                 parts.append(_partition(p.partition, KAFKA_STORAGE_ERROR, plog.high_watermark, plog.log_start_offset))
                 had_error = True
                 continue
+            if replica_id >= 0 and first_pass:
+                # The high watermark answered is the one read before this fetch counts (Kafka).
+                broker.replicas.follower_fetched(tp, replica_id, p.fetch_offset,
+                                                 int(getattr(p, "log_start_offset", -1)), replica_epoch)
             if result.data:
                 first_data = False
                 total += len(result.data)
@@ -129,8 +193,11 @@ async def fetch(broker, request):
     max_wait_ms = body.max_wait.total_seconds() * 1000
     deadline = broker.clock() + max_wait_ms
     await broker.open_partitions(_keys(broker, body, by_id))
+    replica = replica_of(request)
+    first_pass = True
     while True:
-        responses, total, had_error = _read_all(broker, body, by_id, request.api_version)
+        responses, total, had_error = _read_all(broker, body, by_id, request.api_version, replica, first_pass)
+        first_pass = False
         remaining_ms = deadline - broker.clock()
         if total >= body.min_bytes or had_error or remaining_ms <= 0:
             return _response(responses)

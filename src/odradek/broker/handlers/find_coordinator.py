@@ -1,13 +1,16 @@
 """FindCoordinator v0-v6 (batched keys from v4, KIP-699).
 
-odradek is a single broker leading every `__consumer_offsets` partition, so the
-coordinator of every group is this node. Transactions are not implemented: transaction
+The coordinator of a group is the leader of its `__consumer_offsets` partition (Kafka's
+GroupCoordinator.partitionFor): on a single broker, this node; in a cluster, whichever
+broker leads it now, or COORDINATOR_NOT_AVAILABLE while it has no leader. Transactions are not implemented: transaction
 keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as InitProducerId does.
 """
 
 from __future__ import annotations
 
+from ...cluster.names import CONSUMER_OFFSETS
 from ...protocol.errors import (
+    COORDINATOR_NOT_AVAILABLE,
     INVALID_REQUEST,
     NONE,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -28,7 +31,18 @@ def _lookup(broker, key: str, key_type: int) -> dict:
     if not key:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
                 "error_message": "group id is empty"}
-    return {"key": key, "node_id": broker.config.node_id, "host": host, "port": port, "error_code": NONE,
+    coordinator = broker.coordinator
+    state = None
+    if coordinator is not None:
+        state = broker.replicas.state(CONSUMER_OFFSETS, coordinator.runtime.partition_for(key))
+    if state is None or state.leader == broker.config.node_id:
+        return {"key": key, "node_id": broker.config.node_id, "host": host, "port": port, "error_code": NONE,
+                "error_message": None}
+    leader = broker.replicas.image.brokers.get(state.leader)
+    if leader is None:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
+                "error_message": "the group's __consumer_offsets partition has no leader"}
+    return {"key": key, "node_id": leader.node_id, "host": leader.host, "port": leader.port, "error_code": NONE,
             "error_message": None}
 
 

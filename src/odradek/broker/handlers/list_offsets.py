@@ -1,7 +1,11 @@
 """ListOffsets v1-v10: earliest, latest, max timestamp, and offset by timestamp.
 
 Earliest is the log start offset (moved by DeleteRecords or retention), as Kafka's
-UnifiedLog.fetchOffsetByTimestamp answers EARLIEST_TIMESTAMP."""
+UnifiedLog.fetchOffsetByTimestamp answers EARLIEST_TIMESTAMP; latest is the high
+watermark. In a cluster only the leader answers (Kafka's Partition.fetchOffsetForTimestamp
+with fetchOnlyFromLeader), after the `current_leader_epoch` check (v4+), and a new leader
+whose high watermark has not yet reached the start of its epoch answers
+OFFSET_NOT_AVAILABLE (KIP-207): until then it cannot tell what is committed."""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ from ...protocol.errors import (
     CORRUPT_MESSAGE,
     KAFKA_STORAGE_ERROR,
     NONE,
+    OFFSET_NOT_AVAILABLE,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ...records.codec import CodecError, decode_batches
 from ..registry import api
+from ..replica_manager import NotServable
 
 LATEST = -1
 EARLIEST = -2
@@ -58,6 +64,15 @@ def lookup(plog, timestamp: int) -> tuple[int, int]:
     return -1, -1
 
 
+def _epoch_of(broker, plog, tp, offset: int, timestamp: int) -> int:
+    """The leader epoch of the answer (KIP-320): the current epoch for the log end,
+    else the epoch of the batch holding `offset`."""
+    if timestamp == LATEST or offset < 0:
+        return broker.replicas.leader_epoch(tp)
+    epoch = plog.epochs.epoch_for_offset(offset)
+    return broker.replicas.leader_epoch(tp) if epoch is None else epoch
+
+
 @api(2, "ListOffsets", 1, 10)
 async def list_offsets(broker, request):
     await broker.open_partitions([(t.name, p.partition_index) for t in request.body.topics
@@ -68,12 +83,21 @@ async def list_offsets(broker, request):
         parts = []
         for p in t.partitions:
             error = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            tp = (t.name, p.partition_index)
             try:
+                if topic is not None and p.partition_index < topic.partitions:
+                    leader = broker.replicas.leader_for_serving(tp, int(getattr(p, "current_leader_epoch", -1)))
+                    if leader is not None and leader.high_watermark < leader.epoch_start_offset:
+                        parts.append({**error, "error_code": OFFSET_NOT_AVAILABLE})
+                        continue
                 plog = broker.logs.get(t.name, p.partition_index) if topic else None
                 if plog is None:
                     parts.append({**error, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
                     continue
                 ts, offset = lookup(plog, p.timestamp)
+            except NotServable as exc:
+                parts.append({**error, "error_code": exc.code})
+                continue
             except (CorruptBatch, CodecError):
                 parts.append({**error, "error_code": CORRUPT_MESSAGE})
                 continue
@@ -83,7 +107,7 @@ async def list_offsets(broker, request):
                 continue
             parts.append(
                 {"partition_index": p.partition_index, "error_code": NONE, "timestamp": ts, "offset": offset,
-                 "leader_epoch": 0}
+                 "leader_epoch": _epoch_of(broker, plog, tp, offset, p.timestamp)}
             )
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

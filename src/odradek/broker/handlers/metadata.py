@@ -22,11 +22,19 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def broker_entries(broker) -> list[dict]:
-    host, port = broker.config.advertised
-    return [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": broker.config.rack}]
+    """Every live broker with its rack (librdkafka needs them all for KIP-392 and leaders)."""
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in broker.replicas.brokers()]
 
 
-def _partition_entry(node: int, p: int, offline: bool) -> dict:
+def _partition_entry(node: int, p: int, offline: bool, state=None, live=()) -> dict:
+    if state is not None:
+        # A cluster's partition (Kafka's MetadataCache): the leader only if it is alive;
+        # replicas whose broker is not registered, or whose log is offline here, are offline.
+        down = [r for r in state.replicas if r not in live or (r == node and offline)]
+        leader = state.leader if state.leader in live and state.leader not in down else -1
+        return {"error_code": NONE if leader >= 0 else LEADER_NOT_AVAILABLE, "partition_index": p,
+                "leader_id": leader, "leader_epoch": state.leader_epoch, "replica_nodes": list(state.replicas),
+                "isr_nodes": list(state.isr), "offline_replicas": down}
     if offline:
         # The only replica's log is offline: no leader (as Kafka's metadata shows a
         # partition whose replicas are all in failed log directories).
@@ -39,12 +47,15 @@ def _partition_entry(node: int, p: int, offline: bool) -> dict:
 def topic_entry(broker, topic) -> dict:
     node = broker.config.node_id
     is_offline = broker.logs.is_offline
+    image = broker.replicas.image
+    live = image.brokers.keys() | {node}
     return {
         "error_code": NONE,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": topic.is_internal,
-        "partitions": [_partition_entry(node, p, is_offline(topic.name, p) is not None) for p in range(topic.partitions)],
+        "partitions": [_partition_entry(node, p, is_offline(topic.name, p) is not None, image.partition(topic.name, p),
+                                        live) for p in range(topic.partitions)],
         "topic_authorized_operations": NO_OPS,
     }
 
@@ -124,7 +135,7 @@ async def metadata(broker, request):
         "throttle_time": 0,
         "brokers": broker_entries(broker),
         "cluster_id": broker.metadata.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": broker.replicas.controller(),
         "topics": topics,
         "cluster_authorized_operations": authorized_operations(
             "cluster", bool(request.field("include_cluster_authorized_operations", False))),

@@ -1,8 +1,19 @@
 """Produce v3-v10: validate the batch (records/validate.py), recompress it when the topic's
 compression.type asks for another codec (records/recompress.py), append, answer (or not,
-for acks=0)."""
+for acks=0).
+
+In a cluster (Kafka's ReplicaManager.appendRecords): only the partition's leader appends
+(NOT_LEADER_OR_FOLLOWER elsewhere, with the current leader in v10's `current_leader` and
+`node_endpoints`); acks=all is refused before the append with NOT_ENOUGH_REPLICAS while
+the ISR is below `min.insync.replicas`, and answered once the high watermark passes the
+batch (Kafka's DelayedProduce), with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank
+below the minimum meanwhile, REQUEST_TIMED_OUT after the request's timeout, and
+NOT_LEADER_OR_FOLLOWER if this broker stopped leading first.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 from kio.schema.errors import ErrorCode
 
@@ -21,6 +32,7 @@ from ...records.batch import BatchError
 from ...records.recompress import PRODUCER, recompress
 from ...records.validate import ProduceRules, validate_produce_records
 from ..errors import CloseConnection
+from ..replica_manager import NotServable
 from ..registry import api
 from ..slices import TimeSlice
 
@@ -30,8 +42,9 @@ _SEQUENCE_ERRORS = {
 }
 
 
-def _partition_result(index, code, message=None, base_offset=-1, append_time=-1, log_start=-1, record_errors=()):
-    return {
+def _partition_result(index, code, message=None, base_offset=-1, append_time=-1, log_start=-1, record_errors=(),
+                      leader=None):
+    out = {
         "index": index,
         "error_code": code,
         "base_offset": base_offset,
@@ -40,6 +53,9 @@ def _partition_result(index, code, message=None, base_offset=-1, append_time=-1,
         "record_errors": [{"batch_index": e.batch_index, "batch_index_error_message": e.message} for e in record_errors],
         "error_message": message,
     }
+    if leader is not None:
+        out["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+    return out
 
 
 def produce_rules(plog, api_version: int) -> ProduceRules:
@@ -54,7 +70,15 @@ def produce_rules(plog, api_version: int) -> ProduceRules:
     )
 
 
-def append_partition(broker, topic, index, records, now_ms, api_version=10) -> dict:
+def append_partition(broker, topic, index, records, now_ms, api_version=10, acks=1) -> dict:
+    tp = (topic.name, index) if topic is not None else None
+    if tp is not None and index < topic.partitions:
+        try:
+            broker.replicas.leader_for_serving(tp)
+        except NotServable as exc:
+            state = broker.replicas.state(*tp)
+            return _partition_result(index, exc.code, str(exc),
+                                     leader=(state.leader, state.leader_epoch) if state is not None else None)
     try:
         plog = broker.logs.get(topic.name, index) if topic is not None else None
     except StorageError as exc:
@@ -78,8 +102,12 @@ def append_partition(broker, topic, index, records, now_ms, api_version=10) -> d
         log_start = plog.log_start_offset if exc.record_errors else -1
         return _partition_result(index, ErrorCode[exc.code], str(exc), log_start=log_start,
                                  record_errors=exc.record_errors)
+    refused = broker.replicas.append_error(tp, acks)
+    if refused != NONE:
+        return _partition_result(index, refused, f"the ISR of {topic.name}-{index} is below min.insync.replicas")
     try:
-        info = plog.append(data, [header], now_ms)
+        info = plog.append(data, [header], now_ms, broker.replicas.leader_epoch(tp))
+        broker.replicas.appended(tp, plog)
     except SequenceError as exc:
         # Kafka answers these with the log start offset too; an idempotent producer
         # (KIP-360) compares it with its last acknowledged offset to tell deleted records
@@ -89,7 +117,9 @@ def append_partition(broker, topic, index, records, now_ms, api_version=10) -> d
         # The write was undone (log/segment.py): nothing was acknowledged, the client retries.
         broker.storage_failed(exc)
         return _partition_result(index, KAFKA_STORAGE_ERROR, str(exc))
-    return _partition_result(index, NONE, None, info.base_offset, info.log_append_time, info.log_start_offset)
+    result = _partition_result(index, NONE, None, info.base_offset, info.log_append_time, info.log_start_offset)
+    result["_end"] = info.last_offset + 1  # acks=all waits for the high watermark to reach it
+    return result
 
 
 @api(0, "Produce", 3, 10)
@@ -103,7 +133,7 @@ async def produce(broker, request):
     for t in body.topic_data:
         topic = broker.metadata.get(t.name)
         if topic is None:
-            topic = broker.auto_create(t.name)
+            topic = await broker.auto_create_async(t.name)
         topics.append(topic)
     # Partitions written for the first time get their files off the event loop, and the
     # appends themselves give other clients a turn every few milliseconds (a Produce to
@@ -111,20 +141,45 @@ async def produce(broker, request):
     await broker.open_partitions([(topic.name, p.index) for t, topic in zip(body.topic_data, topics)
                                   if topic is not None for p in t.partition_data])
     turn = TimeSlice()
+    waits = []
     for t, topic in zip(body.topic_data, topics):
         parts = []
         for p in t.partition_data:
             if acks not in (-1, 0, 1):
                 result = _partition_result(p.index, INVALID_REQUIRED_ACKS, f"acks={acks}")
             else:
-                result = append_partition(broker, topic, p.index, p.records, now, request.api_version)
+                result = append_partition(broker, topic, p.index, p.records, now, request.api_version, acks)
             failed |= result["error_code"] != NONE
             parts.append(result)
+            end = result.pop("_end", None)
+            if acks == -1 and end is not None:
+                waits.append(_await_replicas(broker, (topic.name, p.index), result, end, body.timeout))
             await turn.tick()
         responses.append({"name": t.name, "partition_responses": parts})
+    if waits:
+        await asyncio.gather(*waits)
     if acks == 0:
         if failed:
             # Kafka closes the connection so an acks=0 producer learns something went wrong.
             raise CloseConnection("acks=0 produce failed")
         return None
-    return {"responses": responses, "throttle_time": 0, "node_endpoints": []}
+    return {"responses": responses, "throttle_time": 0, "node_endpoints": _endpoints(broker, responses)}
+
+
+async def _await_replicas(broker, tp, result, end: int, timeout) -> None:
+    """Kafka's DelayedProduce for one partition: the answer waits for the high watermark."""
+    ms = timeout.total_seconds() * 1000 if hasattr(timeout, "total_seconds") else float(timeout)
+    code = await broker.replicas.wait_for_acks(tp, end, ms)
+    if code != NONE:
+        result["error_code"] = code
+        result["error_message"] = f"acks=all for {tp[0]}-{tp[1]}: {code.name}"
+
+
+def _endpoints(broker, responses) -> list:
+    """Produce v10 (KIP-951): the leaders named in `current_leader`, so the client need not
+    refresh its metadata to find them."""
+    wanted = {p["current_leader"]["leader_id"] for t in responses for p in t["partition_responses"]
+              if "current_leader" in p and p["current_leader"]["leader_id"] >= 0}
+    brokers = broker.replicas.image.brokers
+    return [{"node_id": b, "host": brokers[b].host, "port": brokers[b].port, "rack": brokers[b].rack}
+            for b in sorted(wanted) if b in brokers]

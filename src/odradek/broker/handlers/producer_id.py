@@ -16,7 +16,7 @@ MAX_EPOCH = 32767
 
 
 @api(22, "InitProducerId", 0, 5)
-def init_producer_id(broker, request):
+async def init_producer_id(broker, request):
     body = request.body
     if body.transactional_id is not None:
         return {"throttle_time": 0, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
@@ -24,4 +24,5 @@ def init_producer_id(broker, request):
     epoch = request.field("producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         return {"throttle_time": 0, "error_code": NONE, "producer_id": pid, "producer_epoch": epoch + 1}
-    return {"throttle_time": 0, "error_code": NONE, "producer_id": broker.metadata.allocate_producer_id(), "producer_epoch": 0}
+    return {"throttle_time": 0, "error_code": NONE, "producer_id": await broker.metadata.allocate_producer_id(),
+            "producer_epoch": 0}

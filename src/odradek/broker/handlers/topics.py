@@ -7,6 +7,7 @@ from collections import Counter
 
 from ...cluster.metadata import TopicCollision
 from ...cluster.names import InvalidTopicName, collision_key, validate_topic_name
+from ...cluster.placement import PlacementError
 from ...config import validate_topic_config
 from ...configdef import ConfigError
 from ...log.errors import StorageError
@@ -38,8 +39,10 @@ class _Reject(Exception):
         self.code = code
 
 
-def _check_create(broker, t) -> tuple[int, dict[str, str]]:
-    """Validate one CreatableTopic; return (partitions, config overrides) or raise _Reject."""
+def _check_create(broker, t) -> tuple[int, dict[str, str], list[tuple[int, ...]]]:
+    """Validate one CreatableTopic; return (partitions, config overrides, replicas per
+    partition) or raise _Reject. Replicas are placed here (Kafka's controller does it when
+    it validates), rack-aware when the brokers name racks."""
     try:
         validate_topic_name(t.name)
     except InvalidTopicName as exc:
@@ -50,7 +53,8 @@ def _check_create(broker, t) -> tuple[int, dict[str, str]]:
         broker.metadata.check_create(t.name)
     except TopicCollision as exc:
         raise _Reject(INVALID_TOPIC_EXCEPTION, str(exc)) from None
-    nodes = {broker.config.node_id}
+    nodes = {b.node_id for b in broker.replicas.brokers()}
+    replicas: list[tuple[int, ...]] = []
     if t.assignments:
         if t.num_partitions != -1 or t.replication_factor != -1:
             raise _Reject(INVALID_REQUEST, "both a replica assignment and a partition count or replication factor were given")
@@ -61,6 +65,9 @@ def _check_create(broker, t) -> tuple[int, dict[str, str]]:
             if not a.broker_ids or set(a.broker_ids) - nodes or len(set(a.broker_ids)) != len(a.broker_ids):
                 raise _Reject(INVALID_REPLICA_ASSIGNMENT, f"replica assignment {list(a.broker_ids)} names unknown or repeated brokers")
         partitions = len(indexes)
+        replicas = [tuple(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)]
+        if len({len(r) for r in replicas}) > 1:
+            raise _Reject(INVALID_REPLICA_ASSIGNMENT, "All partitions should have the same number of replicas")
     else:
         partitions = broker.config.num_partitions if t.num_partitions == -1 else t.num_partitions
         replication = broker.config.default_replication_factor if t.replication_factor == -1 else t.replication_factor
@@ -76,6 +83,10 @@ def _check_create(broker, t) -> tuple[int, dict[str, str]]:
                 f"Unable to replicate the partition {replication} time(s): The target replication factor of "
                 f"{replication} cannot be reached because only {len(nodes)} broker(s) are registered.",
             )
+        try:
+            replicas = broker.replicas.place([(t.name, partitions, {})], {}, {t.name: replication})[t.name]
+        except PlacementError as exc:
+            raise _Reject(INVALID_REPLICATION_FACTOR, str(exc)) from None
     # Kafka's ReplicationControlManager.computeConfigChanges, then LogConfig.validate on this
     # broker's defaults: every failure is INVALID_CONFIG with Kafka's message.
     nulls = [c.name for c in t.configs if c.value is None]
@@ -86,7 +97,7 @@ def _check_create(broker, t) -> tuple[int, dict[str, str]]:
         validate_topic_config(broker.config.topic_defaults(), overrides)
     except ConfigError as exc:
         raise _Reject(INVALID_CONFIG, str(exc)) from None
-    return partitions, overrides
+    return partitions, overrides, replicas
 
 
 def _describe_configs(broker, overrides: dict[str, str]) -> list[dict]:
@@ -116,6 +127,7 @@ async def create_topics(broker, request):
     over_cap = sum(_requested_partitions(broker, t) for t in body.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
     creating: list[tuple[dict, tuple[str, int, dict[str, str]]]] = []
+    assignments: dict[str, list[tuple[int, ...]]] = {}
     keys: dict[str, str] = {}
     described: dict[frozenset, list[dict]] = {}  # one description per distinct set of overrides
     turn = TimeSlice()  # 10,000 topics in one request: other clients get turns meanwhile
@@ -129,7 +141,7 @@ async def create_topics(broker, request):
                 raise _Reject(POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
             if counts[t.name] > 1:
                 raise _Reject(INVALID_REQUEST, "Create topics request from client contains a duplicate topic")
-            partitions, overrides = _check_create(broker, t)
+            partitions, overrides, replicas = _check_create(broker, t)
             key = collision_key(t.name)
             if key in keys:
                 raise _Reject(INVALID_TOPIC_EXCEPTION, f"topic {t.name!r} collides with topic {keys[key]!r}")
@@ -137,14 +149,16 @@ async def create_topics(broker, request):
             key_of = frozenset(overrides.items())
             if key_of not in described:
                 described[key_of] = _describe_configs(broker, overrides)
-            result.update(num_partitions=partitions, replication_factor=1, configs=described[key_of])
+            result.update(num_partitions=partitions, replication_factor=len(replicas[0]) if replicas else 1,
+                          configs=described[key_of])
             if not body.validate_only:
                 creating.append((result, (t.name, partitions, overrides)))
+                assignments[t.name] = replicas
         except _Reject as rej:
             result.update(error_code=rej.code, error_message=str(rej))
         results.append(result)
     if creating:
-        created = await broker.create_topics_sliced([spec for _, spec in creating])
+        created = await broker.create_topics_sliced([spec for _, spec in creating], assignments=assignments)
         for (result, _), outcome in zip(creating, created):
             if isinstance(outcome, StorageError):
                 result.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(outcome), num_partitions=-1,
@@ -158,7 +172,7 @@ async def create_topics(broker, request):
 
 
 @api(20, "DeleteTopics", 1, 6)
-def delete_topics(broker, request):
+async def delete_topics(broker, request):
     body = request.body
     if request.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in body.topics]
@@ -184,7 +198,7 @@ def delete_topics(broker, request):
                                                f"to be marked for deletion."})
             continue
         try:
-            broker.delete_topic(topic)
+            await broker.delete_topic_async(topic)
         except StorageError as exc:
             responses.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": KAFKA_STORAGE_ERROR,
                               "error_message": str(exc)})
@@ -194,7 +208,7 @@ def delete_topics(broker, request):
 
 
 @api(37, "CreatePartitions", 0, 3)
-def create_partitions(broker, request):
+async def create_partitions(broker, request):
     body = request.body
     counts = Counter(t.name for t in body.topics)
     new_total = 0
@@ -205,6 +219,8 @@ def create_partitions(broker, request):
     over_cap = new_total > MAX_PARTITIONS_PER_REQUEST
     results = []
     growing: dict[str, int] = {}
+    explicit: dict[str, list[tuple[int, ...]]] = {}
+    live = {b.node_id for b in broker.replicas.brokers()}
     for t in body.topics:
         code, message = NONE, None
         topic = broker.metadata.get(t.name)
@@ -228,17 +244,21 @@ def create_partitions(broker, request):
             code, message = INVALID_PARTITIONS, f"odradek allows at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"
         elif t.assignments is not None and (
             len(t.assignments) != t.count - topic.partitions
-            or any(not a.broker_ids or set(a.broker_ids) - {broker.config.node_id} for a in t.assignments)
+            or any(not a.broker_ids or set(a.broker_ids) - live or len(set(a.broker_ids)) != len(a.broker_ids)
+                   for a in t.assignments)
         ):
             code, message = INVALID_REPLICA_ASSIGNMENT, "Invalid replica assignment for the new partitions."
         elif not body.validate_only:
             growing[t.name] = t.count
+            if t.assignments is not None:
+                explicit[t.name] = [tuple(a.broker_ids) for a in t.assignments]
         results.append({"name": t.name, "error_code": code, "error_message": message})
     if growing:
         try:
-            broker.add_partitions_many(growing)
-        except StorageError as exc:
+            await broker.add_partitions_async(growing, explicit)
+        except (StorageError, PlacementError) as exc:
             for r in results:
                 if r["name"] in growing:
-                    r.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(exc))
+                    code = INVALID_REPLICATION_FACTOR if isinstance(exc, PlacementError) else KAFKA_STORAGE_ERROR
+                    r.update(error_code=code, error_message=str(exc))
     return {"throttle_time": 0, "results": results}
