@@ -336,8 +336,8 @@ def test_one_request_is_one_metadata_write(inproc, monkeypatch):
     create(inproc, "w1")
     create(inproc, "w2")
     writes = []
-    real = inproc.broker.metadata._commit
-    monkeypatch.setattr(inproc.broker.metadata, "_commit", lambda ops: (writes.append(ops), real(ops)))
+    real = inproc.broker.metadata.store._commit
+    monkeypatch.setattr(inproc.broker.metadata.store, "_commit", lambda ops: (writes.append(ops), real(ops)))
     assert alter(inproc, [(TOPIC, "w1", [("retention.ms", "1")]), (TOPIC, "w2", [("retention.ms", "2")]),
                           (BROKER, "", [("log.retention.bytes", "100")])]) == [(0, None)] * 3
     assert len(writes) == 1 and len(writes[0]) == 3

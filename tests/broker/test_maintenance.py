@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.broker import maintenance
+from odradek.cluster.backend import run_now
 from odradek.records.batch import read_header
 from odradek.records.codec import Record, encode_batch
 from tests.broker.conftest import InProcess
@@ -187,9 +188,9 @@ def test_the_cleaner_round_compacts_due_logs_only(tmp_path):
 def test_cleaner_backoff_follows_dynamic_broker_configs(tmp_path):
     b = _inproc(tmp_path, cleaner_backoff_ms=200)
     assert maintenance.cleaner_backoff_ms(b.broker) == 200
-    b.broker.metadata.set_configs(brokers={"": {"log.cleaner.backoff.ms": "100"}})
+    run_now(b.broker.metadata.set_configs(brokers={"": {"log.cleaner.backoff.ms": "100"}}))
     b.broker.config.attach_dynamic(b.broker.metadata.broker_configs)
     assert maintenance.cleaner_backoff_ms(b.broker) == 100
-    b.broker.metadata.set_configs(brokers={"1": {"log.cleaner.backoff.ms": "50"}})
+    run_now(b.broker.metadata.set_configs(brokers={"1": {"log.cleaner.backoff.ms": "50"}}))
     assert maintenance.cleaner_backoff_ms(b.broker) == 50
     b.close()

@@ -38,6 +38,8 @@ def _bodies(topic_id, v, member=("", -1)):
         21: {"topics": [{"name": "vt", "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 1000},
         33: {"resources": [{"resource_type": 2, "resource_name": "vt", "configs": [{"name": "retention.ms", "value": "60000"}]}],
              "validate_only": False},
+        23: {"replica_id": -1, "topics": [{"topic": "vt", "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},
         22: {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1},
         32: {"resources": [{"resource_type": 2, "resource_name": "vt", "configuration_keys": None}],
              "include_synonyms": True, "include_documentation": True},

@@ -7,7 +7,9 @@ not acknowledge anything after it was fenced), and the replicas agree.
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import threading
 import time
 import uuid
 
@@ -15,7 +17,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.client.net import BrokerConnection
 from odradek.commands.cluster import LocalCluster
+from odradek.records.codec import encode_batch
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -117,22 +121,18 @@ def test_acks_all_survives_kill_9_of_the_leader(cluster):
     def report(err, msg):
         (failed.append(err) if err is not None else acked.append((msg.offset(), msg.value())))
 
-    n = 0
-    killed_at = None
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and (killed_at is None or len(acked) < 2000):
-        prod.produce("kill", value=b"v%06d" % n, on_delivery=report)
-        n += 1
+    for i in range(1000):
+        prod.produce("kill", value=b"v%06d" % i, on_delivery=report)
+    _wait(lambda: prod.poll(0.05) >= 0 and len(acked) >= 300, what="first acknowledgements")
+    cluster.kill(leader)  # kill -9 while acks=all produces are in flight
+    for i in range(1000, 2000):
+        prod.produce("kill", value=b"v%06d" % i, on_delivery=report)
         prod.poll(0)
-        if n % 200 == 0:
-            prod.flush(0.05)
-        if killed_at is None and len(acked) >= 500:
-            cluster.kill(leader)  # kill -9 in the middle of a stream of acks=all produces
-            killed_at = time.monotonic()
     assert prod.flush(60) == 0
-    assert killed_at is not None and not failed
-    new_leader = _describe(cluster, "kill")[0].leader
-    assert new_leader not in (leader, -1)
+    assert not failed and len(acked) == 2000
+    new_leader = _wait(lambda: _describe(cluster, "kill")[0].leader not in (leader, -1)
+                       and _describe(cluster, "kill")[0].leader, what="a new leader")
+    assert new_leader != leader
     # Every acknowledged record is there, in order, no gap, no duplicate (idempotence).
     got = _consume_all(cluster, "kill", 1, len(acked))[0]
     offsets = [o for o, _ in got]
@@ -147,11 +147,45 @@ def test_acks_all_survives_kill_9_of_the_leader(cluster):
     _wait(lambda: sorted(_describe(cluster, "kill")[0].isrs) == [1, 2, 3], timeout=60, what="ISR re-entry")
 
 
+class _Loop:
+    """An asyncio loop in a thread, for a raw connection that outlives one call."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout=60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def _replica_bytes(cluster, node, topic, partition) -> bytes:
+    d = cluster.data_dir / f"broker-{node}" / f"{topic}-{partition}"
+    return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
+
+
 def test_a_paused_leader_is_fenced_and_truncates_what_it_wrote_alone(cluster):
     _create(cluster, "zombie", partitions=1)
     _wait(lambda: sorted(_describe(cluster, "zombie")[0].isrs) == [1, 2, 3], what="full ISR")
     leader = _describe(cluster, "zombie")[0].leader
-    prod = _producer(cluster)
+    # A connection to the leader opened before it is paused: the produce sent on it waits
+    # in the socket until SIGCONT, when the zombie still believes it leads.
+    loop = _Loop()
+    conn = BrokerConnection("127.0.0.1", cluster.ports[leader], "zombie-test", 60.0)
+    loop.run(conn.open(10))
+    zombie_batch = encode_batch([(0, int(time.time() * 1000), None, b"written-by-the-zombie")])
+    body = {"transactional_id": None, "acks": -1, "timeout": 20000,
+            "topic_data": [{"name": "zombie", "partition_data": [{"index": 0, "records": zombie_batch}]}]}
+    # A request in flight to the paused broker is abandoned after request.timeout.ms (30 s
+    # by default) before librdkafka retries at the new leader: keep the test short.
+    prod = _producer(cluster, **{"request.timeout.ms": 5000})
     acked: list[tuple[int, bytes]] = []
     prod_cb = lambda err, msg: acked.append((msg.offset(), msg.value())) if err is None else None  # noqa: E731
     for i in range(200):
@@ -159,19 +193,38 @@ def test_a_paused_leader_is_fenced_and_truncates_what_it_wrote_alone(cluster):
     assert prod.flush(30) == 0
     cluster.signal(leader, signal.SIGSTOP)
     try:
+        zombie_answer = loop.submit(conn.request(0, body, timeout=60))
         # The controller notices the lease expiring and moves leadership; production goes on.
         for i in range(200):
             prod.produce("zombie", value=b"b%04d" % i, on_delivery=prod_cb)
-        assert prod.flush(60) == 0
-        assert _describe(cluster, "zombie")[0].leader != leader
+        prod.poll(0.5)
+        _wait(lambda: _describe(cluster, "zombie")[0].leader not in (leader, -1), what="a new leader")
     finally:
-        cluster.signal(leader, signal.SIGCONT)
+        cluster.signal(leader, signal.SIGCONT)  # the zombie wakes up believing it leads
+    assert prod.flush(60) == 0
+    try:
+        answer = zombie_answer.result(60)
+        code = answer.responses[0].partition_responses[0].error_code
+    except Exception as exc:  # the zombie may also drop the connection when it steps down
+        code = exc
+    finally:
+        loop.loop.call_soon_threadsafe(conn.close)
+        loop.close()
+    print("the zombie answered", code)
+    # The zombie never acknowledges an acks=all write it took after it was fenced.
+    assert code != 0, "a fenced leader acknowledged an acks=all produce"
     # The zombie rejoins as a follower: the ISR is whole again and every acknowledged record is readable.
     _wait(lambda: sorted(_describe(cluster, "zombie")[0].isrs) == [1, 2, 3], timeout=60, what="zombie rejoins ISR")
     assert len(acked) == 400
     got = dict(_consume_all(cluster, "zombie", 1, 400)[0])
     for offset, value in acked:
         assert got[offset] == value
+    assert b"written-by-the-zombie" not in b"".join(got.values())
+    # The three replicas hold the same bytes: the zombie truncated what it wrote alone.
+    cluster.stop()
+    logs = {n: _replica_bytes(cluster, n, "zombie", 0) for n in (1, 2, 3)}
+    assert logs[1] == logs[2] == logs[3]
+    assert b"written-by-the-zombie" not in logs[leader]
 
 
 def test_not_enough_replicas_when_only_one_broker_is_left(cluster):

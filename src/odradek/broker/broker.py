@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster.backend import open_backend, run_now
+from ..cluster.backend import Fenced, MetadataUnavailable, open_backend, run_now
 from ..cluster.image import BrokerInfo
 from ..cluster.metadata import Topic, TopicCollision, TopicExists
 from ..cluster.names import InvalidTopicName, collision_key, validate_topic_name
@@ -278,7 +278,7 @@ class Broker:
                 try:
                     for topic in await self.create_topics_async(ready, assignments):
                         results[topic.name] = topic
-                except (StorageError, TopicExists, TopicCollision) as exc:
+                except (StorageError, TopicExists, TopicCollision, MetadataUnavailable, Fenced) as exc:
                     for spec in ready:
                         results[spec[0]] = exc
             out.extend(results[spec[0]] for spec in chunk)
@@ -325,6 +325,9 @@ class Broker:
             return encode_response(request, result)
         except CloseConnection:
             raise
+        except MetadataUnavailable as exc:  # etcd unreachable: not a bug either; the client retries
+            log.warning("closing connection: %s v%d needs the metadata store: %s", api.name, request.api_version, exc)
+            raise CloseConnection(f"metadata store unavailable in {api.name}") from exc
         except StorageError as exc:  # the disk, not a bug: no traceback, the client retries
             self.storage_failed(exc)
             log.warning("closing connection: %s v%d met a storage failure: %s", api.name, request.api_version, exc)

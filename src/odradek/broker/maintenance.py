@@ -87,6 +87,28 @@ async def checkpoint(broker, interval_ms: int = CHECKPOINT_INTERVAL_MS) -> None:
             log.warning("%s; the next start recovers more of the log", exc)
 
 
+HIGH_WATERMARK_INTERVAL_MS = 5_000  # Kafka's replica.high.watermark.checkpoint.interval.ms
+
+
+async def checkpoint_high_watermarks(broker, interval_ms: int = HIGH_WATERMARK_INTERVAL_MS) -> None:
+    """Kafka's replication-offset-checkpoint, written off the loop when it changed: a
+    restarted replica starts from this high watermark rather than its log start."""
+    written = None
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        logs = broker.logs
+        if logs.health.offline:
+            continue
+        seq, points = logs.high_watermark_snapshot()
+        if points == written:
+            continue
+        try:
+            if await asyncio.to_thread(logs.write_high_watermarks, seq, points):
+                written = points
+        except StorageError as exc:
+            log.warning("%s; a restart starts from an older high watermark", exc)
+
+
 async def purge_deleted(broker, interval_s: float = 1.0) -> None:
     while True:
         await asyncio.sleep(interval_s)

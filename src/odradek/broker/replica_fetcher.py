@@ -35,6 +35,7 @@ from ..client.errors import KafkaError
 from ..client.net import BrokerConnection
 from ..cluster.image import PartitionState, TopicPartition
 from ..log.errors import StorageError
+from ..log.partition import OffsetMismatch
 from ..protocol.errors import NONE, OFFSET_OUT_OF_RANGE
 from ..records.batch import iter_headers
 from ..replication.follower import EpochEndOffset, follower_high_watermark, truncation
@@ -210,11 +211,12 @@ class Fetcher:
             if headers:
                 end = headers[-1].position + headers[-1].size
                 data = bytearray(records[:end])
-                if headers[0].base_offset == plog.log_end_offset:
+                try:
+                    # A compacted leader may skip offsets (emptied batches are dropped): a
+                    # first offset past the log end is fine, one below it is not (Kafka).
                     plog.append_as_follower(data, headers, self.manager.broker.clock())
-                else:
-                    log.warning("%s-%d: the leader sent offset %d, the log ends at %d", tp[0], tp[1],
-                                headers[0].base_offset, plog.log_end_offset)
+                except OffsetMismatch as exc:
+                    log.warning("%s-%d: %s", tp[0], tp[1], exc)
                     return False
         hw = follower_high_watermark(p.high_watermark, plog.log_end_offset)
         if hw > plog.high_watermark:

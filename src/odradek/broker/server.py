@@ -268,6 +268,7 @@ class BrokerServer:
             asyncio.create_task(maintenance.retention(self.broker, cfg.retention_check_interval_ms)),
             asyncio.create_task(maintenance.flush_rolled(self.broker)),
             asyncio.create_task(maintenance.checkpoint(self.broker)),
+            asyncio.create_task(maintenance.checkpoint_high_watermarks(self.broker)),
             asyncio.create_task(maintenance.purge_deleted(self.broker)),
             asyncio.create_task(maintenance.compaction(self.broker)),
             # Kafka SocketServer: connections.max.idle.ms; odradek: request.timeout.ms.

@@ -201,4 +201,4 @@ def open_backend(data_dir: Path, metadata_url: str | None, node_id: int,
         return FileBackend(data_dir, node_id, new_id)
     from .etcd_store import EtcdBackend
 
-    return EtcdBackend(parse_metadata_url(metadata_url), node_id, **etcd_options)
+    return EtcdBackend(parse_metadata_url(metadata_url), node_id, new_id=new_id, **etcd_options)

@@ -134,6 +134,7 @@ class LocalCluster:
             t.join()
         if self.etcd is not None:
             self.etcd.stop()
+            self.etcd = None
 
     def __enter__(self) -> LocalCluster:
         return self.start()

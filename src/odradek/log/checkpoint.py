@@ -1,6 +1,6 @@
 """Per-partition offsets kept in one file per log directory (Kafka's OffsetCheckpointFile).
 
-Two files, in Kafka's layout and under Kafka's names: a version line (0), a count line,
+Three files, in Kafka's layout and under Kafka's names: a version line (0), a count line,
 then `topic partition offset` per line.
 
 - `recovery-point-offset-checkpoint`: the offset below which a partition's data is
@@ -10,11 +10,15 @@ then `topic partition offset` per line.
   moved it past the first segment's base offset (Kafka's
   LogManager.checkpointLogStartOffsetsInDir writes only those; the others start at
   their first segment).
+- `replication-offset-checkpoint`: every open partition's high watermark (Kafka's
+  ReplicaManager.checkpointHighWatermarks), so a replicated log does not restart at
+  its log start and hide committed data from consumers until the ISR agrees again.
 
 A file is replaced atomically (temporary file, fsync, rename), so a crash leaves the
 old or the new one. A missing or malformed file reads as empty: for recovery points
 that means recovering more; for log starts, Kafka's LogManager likewise falls back to
-the first segment's base offset.
+the first segment's base offset; for high watermarks, the log start (Kafka's
+Partition.createLog reads a missing entry as 0, clamped to the log start).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 VERSION = 0
 
 

@@ -23,8 +23,14 @@ writes it), written when a DeleteRecords request moves one (`snapshot_log_starts
 `log.flush.start.offset.checkpoint.interval.ms` and accepts losing a move with an unclean
 stop of every replica; a single-replica broker would lose it with any), when a topic is
 deleted (Kafka's asyncDelete checkpoints at once, so a topic recreated under the same
-name never inherits the old start) and at a clean shutdown. A marker file written after
-a graceful shutdown is kept for the log ("previous shutdown was clean"); correctness no
+name never inherits the old start) and at a clean shutdown. High watermarks (what a
+replicated log has committed) are kept in `replication-offset-checkpoint` (Kafka's
+name): every open log's, and the last known of the others; `checkpoint` writes it with
+the recovery points, and `high_watermark_snapshot` / `write_high_watermarks` let the
+broker write it from a worker thread (Kafka: every
+`replica.high.watermark.checkpoint.interval.ms`). Opening a partition hands its entry
+to the log, which clamps it to what recovery kept. A marker file written after a
+graceful shutdown is kept for the log ("previous shutdown was clean"); correctness no
 longer depends on it.
 
 Failures: a partition whose flushed data is damaged goes offline by itself
@@ -49,7 +55,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..cluster.metadata import Topic
-from .checkpoint import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, read_checkpoint, write_checkpoint
+from .checkpoint import (HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, read_checkpoint,
+                         write_checkpoint)
 from .errors import LogDirOffline, PartitionOffline, SegmentDamaged, StorageError, storage_error
 from .files import FileCache, sync_filesystem
 from .health import LogDirHealth
@@ -122,6 +129,13 @@ class LogManager:
         self._log_start_seq = 0
         self._log_start_written_seq = 0
         self._log_start_lock = threading.Lock()
+        self.high_watermark_path = data_dir / HIGH_WATERMARK_FILE
+        self.high_watermarks = read_checkpoint(self.high_watermark_path,
+                                               "replicated logs start with their high watermark at their log start")
+        self._written_high_watermarks = dict(self.high_watermarks)
+        self._hw_seq = 0
+        self._hw_written_seq = 0
+        self._hw_lock = threading.Lock()
 
     # --- the set of partitions ------------------------------------------------------------
 
@@ -162,6 +176,7 @@ class LogManager:
         for p in range(first_partition, topic.partitions):
             self.recovery_points.pop((topic.name, p), None)
             self.log_starts.pop((topic.name, p), None)
+            self.high_watermarks.pop((topic.name, p), None)
 
     def delete(self, topic: Topic) -> None:
         self.topics.pop(topic.name, None)
@@ -170,6 +185,7 @@ class LogManager:
             self.offline.pop(key, None)
             self.recovery_points.pop(key, None)
             self.log_starts.pop(key, None)
+            self.high_watermarks.pop(key, None)
             plog = self.logs.pop(key, None)
             if plog is not None:
                 plog.close_files()
@@ -293,7 +309,8 @@ class LogManager:
             raise storage_error(f"cannot open {d}", exc) from exc
         point = None if fresh else self.recovery_points.get(key, 0)
         plog = PartitionLog(d, self._config_for(topic), self._now_ms, recovery_point=point, files=self.files,
-                            log_start_offset=self.log_starts.get(key, 0))
+                            log_start_offset=self.log_starts.get(key, 0),
+                            high_watermark=None if fresh else self.high_watermarks.get(key))
         self._report_recovery(topic.name, partition, plog)
         meta = d / PARTITION_METADATA
         try:
@@ -387,9 +404,10 @@ class LogManager:
         return {k: v for k, v in points.items() if self._known(*k)}
 
     def checkpoint(self, force: bool = False) -> bool:
-        """Write the recovery points and the log start offsets if they changed; True when
-        the recovery points were written."""
+        """Write the recovery points, log start offsets and high watermarks if they
+        changed; True when the recovery points were written."""
         self.checkpoint_log_starts()  # what was written is known exactly: no need to force it
+        self.checkpoint_high_watermarks(force)
         points = self.recovery_snapshot()
         if not force and points == self._written_checkpoint:
             return False
@@ -442,6 +460,47 @@ class LogManager:
         except StorageError as exc:
             log.warning("%s; records deleted by DeleteRecords since the last write may be served again after a "
                         "restart", exc)
+            return False
+
+    # --- high watermarks (replication) ---------------------------------------------------
+
+    def high_watermark_points(self) -> dict[tuple[str, int], int]:
+        """What `replication-offset-checkpoint` should say now: every open log's high
+        watermark (a single replica's is its log end) and the last known of the others."""
+        points = {k: v for k, v in self.high_watermarks.items() if k not in self.logs and self._known(*k)}
+        for key, plog in self.logs.items():
+            points[key] = plog.high_watermark
+        return points
+
+    def high_watermark_snapshot(self) -> tuple[int, dict[tuple[str, int], int]]:
+        """A numbered snapshot for `write_high_watermarks` (take it on the event loop)."""
+        self._hw_seq += 1
+        return self._hw_seq, self.high_watermark_points()
+
+    def write_high_watermarks(self, seq: int, points: dict[tuple[str, int], int]) -> bool:
+        """Write a snapshot unless a newer one was written already; safe in a worker
+        thread. True when written; raises StorageError (the old file stays)."""
+        with self._hw_lock:
+            if seq <= self._hw_written_seq:
+                return False
+            write_checkpoint(self.high_watermark_path, points)
+            self._hw_written_seq = seq
+            self._written_high_watermarks = points
+            return True
+
+    def checkpoint_high_watermarks(self, force: bool = False) -> bool:
+        """Write the high watermarks now if they changed (the calling thread). A failure is
+        logged: the next start may show replicated logs' consumers less until the ISR
+        moves the high watermark again, never more."""
+        if self.health.offline:
+            return False
+        seq, points = self.high_watermark_snapshot()
+        if not force and points == self._written_high_watermarks:
+            return False
+        try:
+            return self.write_high_watermarks(seq, points)
+        except StorageError as exc:
+            log.warning("%s; replicated logs may restart with an older high watermark", exc)
             return False
 
     def rolled_unflushed(self) -> list[tuple[PartitionLog, Any]]:

@@ -37,6 +37,39 @@ Appends roll first when the active segment could not index the new offsets or
 positions in 32 bits. A failed write or fsync is undone by the segment (StorageError);
 nothing here moves either, so the next append lands where it should.
 
+Replication (Kafka's UnifiedLog and LocalLog; see also epochs.py):
+
+- `append(..., leader_epoch)` is Kafka's appendAsLeader: every batch is stamped with the
+  leader's epoch, and the leader epoch cache (`epochs`) learns where a new epoch starts
+  before the data is written, so the cache is never behind the log.
+  `append_as_follower` takes batches fetched from the leader as they are: offsets and
+  epochs kept byte for byte, no sequence checks (producer state is only updated), and
+  the first offset must not fall below the log end (`OffsetMismatch`). It may lie past
+  it: a compacted leader leaves gaps, and Kafka's follower accepts them.
+- `truncate_to(offset)` cuts a divergent tail across segments (Kafka's truncateTo) and
+  `truncate_fully_and_start_at(offset)` empties the log to restart it elsewhere (Kafka's
+  truncateFullyAndStartAt); both bring the epoch cache, producer state, recovery point
+  and high watermark down with the log.
+- With `replicated` set, the high watermark is a stored value moved by
+  `update_high_watermark` (Kafka's updateHighWatermark: the leader's ISR decides it,
+  a follower copies the leader's), checkpointed by the log manager in
+  `replication-offset-checkpoint` and handed back at open, clamped to what recovery
+  kept. Listeners hear of every move (fetches parked for new committed data). Consumers
+  read below it (`read(..., max_offset=hw)`); retention never deletes a segment holding
+  data at or past it (Kafka's deletableSegments). Without `replicated` the high
+  watermark is the log end, as before.
+- The epoch cache's file (`leader-epoch-checkpoint`) is written only while the log is
+  replicated. A single replica keeps the cache in memory: it is what opening the log
+  derives from the batches' stamped epochs anyway (see `_reconcile_epochs`), and the
+  write and fsync would otherwise land in the first produce to every partition.
+  Setting `replicated` writes the file as the cache stands.
+
+Opening reconciles the cache with the log (Kafka's LogLoader): entries at or past the
+log end go (a leader that never wrote in its epoch, or a tail recovery cut), entries
+below the start are folded into it, and when the first or last batch disagrees with
+the cache (file lost, or written by an older broker that kept none) the cache is
+rebuilt from the batch headers, reading only segments where the epoch changes.
+
 Time is a parameter (`now_ms`) everywhere; nothing here reads the clock.
 """
 
@@ -51,11 +84,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..records.batch import BatchHeader, patch_base_offset, set_log_append_time
-from .errors import CorruptBatch, SegmentDamaged, storage_error
+from ..records.batch import BatchError, BatchHeader, crc_of, patch_base_offset, set_log_append_time
+from .epochs import UNDEFINED_EPOCH, LeaderEpochCache
+from .errors import CorruptBatch, SegmentDamaged, StorageError, storage_error
 from .files import FileCache
 from .producer_state import Duplicate, ProducerState
-from .segment import RecoveryResult, Segment
+from .segment import MAX_RELATIVE_OFFSET, RecoveryResult, Segment
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +98,18 @@ CLEANED_SUFFIX = ".cleaned"
 
 class OffsetOutOfRange(Exception):
     pass
+
+
+class OffsetMismatch(Exception):
+    """A follower append that does not continue the log: its first offset is below the
+    log end, or its batches overlap (Kafka's UnexpectedAppendOffsetException). Nothing
+    was appended. A fetcher whose log is empty may answer it by restarting the log at
+    `first_offset` (Kafka does, for a leader whose start is inside a batch)."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +125,19 @@ class ReadResult:
     data: bytes
     high_watermark: int
     log_start_offset: int
+    log_end_offset: int
+
+
+def _segment_groups(headers: list[BatchHeader]) -> list[list[BatchHeader]]:
+    """Consecutive batches whose offsets fit one segment's 32-bit relative index (a
+    follower's batches may span more after compaction gaps): one group nearly always."""
+    groups = [[headers[0]]]
+    for h in headers[1:]:
+        if h.last_offset - groups[-1][0].base_offset > MAX_RELATIVE_OFFSET:
+            groups.append([h])
+        else:
+            groups[-1].append(h)
+    return groups
 
 
 def _segment_offsets(directory: Path) -> list[int]:
@@ -91,15 +150,19 @@ def _segment_offsets(directory: Path) -> list[int]:
 
 class PartitionLog:
     def __init__(self, directory: Path, config: dict[str, Any], now_ms: int, clean_shutdown: bool = True,
-                 recovery_point: int | None = None, files: FileCache | None = None, log_start_offset: int = 0) -> None:
+                 recovery_point: int | None = None, files: FileCache | None = None, log_start_offset: int = 0,
+                 high_watermark: int | None = None) -> None:
         """Open (creating if need be) the log in `directory`.
 
         `recovery_point`: offset below which the data is known flushed; None means all
         of it (a clean shutdown), 0 recovers every segment. `clean_shutdown=False` with
         no recovery point is the same as 0. `log_start_offset`: the checkpointed start
-        (DeleteRecords); the first segment's base offset wins when it is larger. Raises
-        SegmentDamaged when a flushed segment is broken (the caller takes the partition
-        offline), StorageError on I/O failure.
+        (DeleteRecords); the first segment's base offset wins when it is larger.
+        `high_watermark`: the checkpointed one, used once the log is `replicated`,
+        clamped to [log start, log end]; None (never checkpointed) is the log start, as
+        Kafka's Partition.createLog reads a missing entry as 0. Raises SegmentDamaged
+        when a flushed segment is broken (the caller takes the partition offline),
+        StorageError on I/O failure.
         """
         self.directory = directory
         self.config = config
@@ -142,6 +205,20 @@ class PartitionLog:
         self.producers = ProducerState()
         for h in self.active.headers():
             self.producers.update(h)
+        self._replicated = False
+        self.epochs = LeaderEpochCache.load(directory)
+        self._epoch_file = self.epochs.path
+        # What the file says, so that turning replicated skips rewriting it unchanged.
+        self._epochs_on_disk = self.epochs.entries() if self._epoch_file.exists() else None
+        self.epochs.path = None  # in memory until the log is replicated (module docstring)
+        try:
+            self._reconcile_epochs()
+        except BaseException:
+            self.close_files()
+            raise
+        # Kafka's updateHighWatermark clamps to [logStartOffset, logEndOffset] too.
+        hw = self.log_start_offset if high_watermark is None else high_watermark
+        self._hw = min(max(hw, self.log_start_offset), self.log_end_offset)
 
     def _load(self, offsets: list[int], recovery_point: int | None, now_ms: int) -> None:
         for i, base in enumerate(offsets):
@@ -174,6 +251,86 @@ class PartitionLog:
         for seg in self.segments:
             seg.delete()
         self.segments.clear()
+
+    def _reconcile_epochs(self) -> None:
+        """Kafka's LogLoader: the cache may be ahead of the log (an epoch assigned before
+        a write that never landed, a tail cut by recovery) or hold epochs below the start
+        (retention since the file was written). Then check it against the stamped epochs
+        of the first and last batch, and rebuild it from the log if they disagree."""
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        ends = self._end_batches()
+        if ends is None:
+            return
+        start = self.log_start_offset
+        first, last = ends
+        ok = True
+        for offset, h in ((max(first.base_offset, start), first), (last.base_offset, last)):
+            if h.partition_leader_epoch >= 0 and self.epochs.epoch_for_offset(offset) != h.partition_leader_epoch:
+                ok = False
+        if last.partition_leader_epoch >= 0 and self.epochs.latest_epoch() != last.partition_leader_epoch:
+            ok = False
+        if not ok:
+            self._rebuild_epochs(first, last)
+
+    def _end_batches(self) -> tuple[BatchHeader, BatchHeader] | None:
+        """(the batch holding the log start, the last batch), or None when the log holds
+        no batch at or past its start or a header on the way does not parse (reads
+        report that; the cache is then left as loaded)."""
+        start = self.log_start_offset
+        try:
+            first = None
+            for seg in self.segments[self._segment_index(start):]:
+                first = seg.find(start)
+                if first is not None:
+                    break
+            if first is None:
+                return None
+            last = None
+            for seg in reversed(self.segments):
+                if seg.size:
+                    last = seg.find(seg.next_offset - 1)
+                    break
+        except CorruptBatch:
+            return None
+        return (first, last) if last is not None else None
+
+    def _rebuild_epochs(self, first: BatchHeader, last: BatchHeader) -> None:
+        """The cache from the batches' stamped epochs (Kafka instead re-reads only the
+        segments it recovers). Epochs never decrease along a log, so a log whose first
+        and last batch share an epoch (every single-replica log) holds that one only;
+        otherwise a segment whose first batch has the epoch of the next segment's first
+        batch (or, for the last, of its own last batch) holds that epoch only, and only
+        the segments where the epoch changes are read through."""
+        start = self.log_start_offset
+        # No file is the rule for a single replica (module docstring): nothing to report.
+        level = logging.WARNING if len(self.epochs) else logging.DEBUG
+        log.log(level, "%s: the leader epoch cache %s does not match the log: rebuilding it from the batches",
+                self.directory.name, self.epochs.entries())
+        self.epochs.clear()
+        if first.partition_leader_epoch == last.partition_leader_epoch:
+            self.epochs.assign(first.partition_leader_epoch, max(first.base_offset, start))
+            return
+        segments = [s for s in self.segments if s.size and s.next_offset > start]
+        firsts = [s.batch_at(0) for s in segments]
+        for i, (seg, head) in enumerate(zip(segments, firsts)):
+            if head is None:
+                continue
+            if i + 1 < len(segments) and firsts[i + 1] is not None:
+                following = firsts[i + 1].partition_leader_epoch
+            else:
+                try:
+                    end = seg.find(seg.next_offset - 1)
+                except CorruptBatch:
+                    end = None  # read the segment through: its headers stop at the damage
+                following = end.partition_leader_epoch if end is not None else UNDEFINED_EPOCH
+            if head.partition_leader_epoch == following:  # one epoch, with data at or past the start
+                self.epochs.assign(head.partition_leader_epoch, max(head.base_offset, start))
+                continue
+            for h in seg.headers():
+                if h.last_offset >= start:
+                    self.epochs.assign(h.partition_leader_epoch, max(h.base_offset, start))
+        log.log(level, "%s: leader epoch cache rebuilt: %s", self.directory.name, self.epochs.entries())
 
     @staticmethod
     def _load_or_recover(seg: Segment, recovery_point: int) -> RecoveryResult | None:
@@ -224,7 +381,63 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self.active.next_offset  # one replica: everything appended is committed
+        if not self._replicated:
+            return self.active.next_offset  # one replica: everything appended is committed
+        return self._hw
+
+    @property
+    def replicated(self) -> bool:
+        """Whether other replicas decide the high watermark (see the module docstring)."""
+        return self._replicated
+
+    @replicated.setter
+    def replicated(self, value: bool) -> None:
+        value = bool(value)
+        if value == self._replicated:
+            return
+        self._replicated = value
+        if not value:
+            self.epochs.path = None
+            self._epochs_on_disk = None  # from now on the file may fall behind: write it next time
+            self._hw = self.log_end_offset
+            return
+        # The stored high watermark is the checkpointed one (or the log end, if this log
+        # took appends as a single replica meanwhile: those were committed).
+        self.epochs.path = self._epoch_file
+        if self.epochs.entries() == self._epochs_on_disk:
+            return  # the file as opened still says it (a replicated log after a restart)
+        try:
+            # From now on every change is written first (epochs.py); write what the cache
+            # holds now, which opening may have reconciled or rebuilt in memory.
+            self.epochs._commit(self.epochs.entries(), force=True)
+        except StorageError as exc:
+            # The file keeps its last state, which opening reconciles; the next change
+            # writes the cache whole.
+            log.warning("%s: %s", self.directory.name, exc)
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Kafka's UnifiedLog.updateHighWatermark: set it, clamped to [log start, log end];
+        True if it changed. Listeners hear of it (parked consumer fetches) when the log
+        is replicated; a single replica's high watermark is its log end regardless."""
+        hw = min(max(offset, self.log_start_offset), self.log_end_offset)
+        if hw == self._hw:
+            return False
+        self._hw = hw
+        if self._replicated:
+            for listener in self.listeners:
+                listener(self)
+        return True
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The leader epoch of the last epoch entry (Kafka's UnifiedLog.latestEpoch)."""
+        return self.epochs.latest_epoch()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, the offset where it ends), Kafka's
+        UnifiedLog.endOffsetForEpoch; (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) when the
+        cache cannot say (see LeaderEpochCache.end_offset_for)."""
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
 
     @property
     def log_start_offset(self) -> int:
@@ -254,10 +467,17 @@ class PartitionLog:
         self._log_start = offset
         log.info("%s: incremented the log start offset to %d due to client delete records request",
                  self.directory.name, offset)
-        self._delete_breached_segments()
-        for listener in self.listeners:  # parked fetches below the new start should hear of it
-            listener(self)
+        try:
+            self._delete_breached_segments()
+            self._log_start_moved()
+        finally:
+            for listener in self.listeners:  # parked fetches below the new start should hear of it
+                listener(self)
         return True
+
+    def _log_start_moved(self) -> None:
+        # Kafka's maybeIncrementLogStartOffset: the epoch covering the new start now starts there.
+        self.epochs.truncate_from_start(self.log_start_offset)
 
     def _delete_breached_segments(self) -> int:
         """Kafka's deleteLogStartOffsetBreachedSegments: a segment goes when the next one
@@ -275,13 +495,16 @@ class PartitionLog:
 
     # --- append --------------------------------------------------------------------
 
-    def append(self, data: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
-        """Append validated batches from one produce request, assigning offsets.
+    def append(self, data: bytearray, headers: list[BatchHeader], now_ms: int, leader_epoch: int = 0) -> AppendInfo:
+        """Append validated batches from one produce request, assigning offsets and
+        stamping `leader_epoch` (Kafka's appendAsLeader; a single broker's epoch is 0).
 
         Raises producer_state.SequenceError for an idempotent batch out of sequence. A
         retried duplicate (Kafka clients send one batch per partition per request) is
         answered with the offsets it got the first time and not appended again. Raises
-        StorageError when the disk refuses the write; nothing was appended then.
+        StorageError when the disk refuses the write; nothing was appended then (the
+        epoch cache may have learnt that `leader_epoch` starts at the log end, which is
+        true of the next append too, as in Kafka).
         """
         try:
             for h in headers:
@@ -297,25 +520,85 @@ class PartitionLog:
         patched = []
         records = 0
         for h in headers:
-            patch_base_offset(data, h, next_offset, 0)
+            patch_base_offset(data, h, next_offset, leader_epoch)
             if append_time >= 0:
                 set_log_append_time(data, h, append_time)
                 h = dataclasses.replace(h, max_timestamp=append_time)
             patched.append(dataclasses.replace(h, base_offset=next_offset))
             next_offset += h.last_offset_delta + 1
             records += h.records_count
+        # Kafka's UnifiedLog.append assigns the epoch's start before writing: the cache may
+        # be ahead of the log, never behind. A no-op (no I/O) unless the epoch is new.
+        self.epochs.assign(leader_epoch, base)
+        self._write(data, patched, records, now_ms)
+        return AppendInfo(base, next_offset - 1, append_time, self.log_start_offset)
+
+    def _write(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader], records: int,
+               now_ms: int) -> None:
+        """Write batches at the log end (offsets set, roll done) under the flush policy."""
         flush = self._unflushed_messages + records >= int(self.config["flush.messages"])
         if flush:
             self._flush_rolled()  # older segments first: a failure then leaves nothing appended
-        self.active.append(data, patched, fsync=flush)  # all or nothing, the fsync included
-        for h in patched:
+        self.active.append(data, headers, fsync=flush)  # all or nothing, the fsync included
+        for h in headers:
             self.producers.update(h)
         self._unflushed_messages += records
         if flush:
             self._flushed(now_ms)
+        if not self._replicated:
+            self._hw = self.active.next_offset  # kept up so that turning replicated keeps it
         for listener in self.listeners:
             listener(self)
-        return AppendInfo(base, next_offset - 1, append_time, self.log_start_offset)
+
+    def append_as_follower(self, data: bytes | bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
+        """Append batches fetched from the leader as they are (Kafka's appendAsFollower).
+
+        `headers` are those of `data` (positions relative to it), in order; bytes after
+        the last one (a partial batch at the end of a fetch) are ignored, as Kafka trims
+        them. Offsets and leader epochs are the leader's; the first offset must be at or
+        past the log end (past it after the leader compacted batches away) and the
+        batches must not overlap, else OffsetMismatch. Each batch is CRC-checked (Kafka's
+        follower checks them too): BatchError("corrupt_message") otherwise. Nothing is
+        appended when either is raised. No sequence checks: producer state only follows.
+        The epoch cache learns each batch's epoch before it is written. Raises
+        StorageError when the disk refuses; the batches of an earlier segment may then
+        be appended already (the log stays whole: the fetcher goes on from its end).
+        """
+        leo = self.log_end_offset
+        if not headers:
+            return AppendInfo(leo, leo - 1, -1, self.log_start_offset)
+        position = 0
+        next_offset = leo
+        for h in headers:
+            if h.position != position or h.position + h.size > len(data):
+                raise BatchError("corrupt_message", f"batch at position {h.position} does not follow the previous "
+                                 f"one (expected {position}) or runs past the {len(data)} bytes fetched")
+            if h.magic != 2 or h.last_offset_delta < 0:
+                raise BatchError("corrupt_message", f"batch at offset {h.base_offset}: magic {h.magic}, "
+                                 f"last offset delta {h.last_offset_delta}")
+            if h.base_offset < next_offset:
+                what = "the log end offset" if h is headers[0] else "the end of the previous batch"
+                raise OffsetMismatch(f"{self.directory.name}: follower append at offset {h.base_offset} is below "
+                                     f"{what} {next_offset}", headers[0].base_offset, leo)
+            if crc_of(data, h) != h.crc:
+                raise BatchError("corrupt_message", f"batch at offset {h.base_offset} fails its CRC32C check")
+            position += h.size
+            next_offset = h.next_offset
+        view = memoryview(data)
+        for group in _segment_groups(headers):
+            start = group[0].position
+            if start:
+                group = [dataclasses.replace(h, position=h.position - start) for h in group]
+            first, last = group[0], group[-1]
+            length = last.position + last.size
+            # Kafka's LocalLog.roll(expectedNextOffset): a new segment starts at the first
+            # incoming offset when that is past the log end.
+            self._maybe_roll(length, last.last_offset, max(h.max_timestamp for h in group), now_ms,
+                             roll_base=first.base_offset)
+            for h in group:
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)  # before the write, as a leader
+            self._write(view[start : start + length], group, sum(h.records_count for h in group), now_ms)
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1, self.log_start_offset)
 
     @property
     def max_segment_ms(self) -> int:
@@ -327,9 +610,14 @@ class PartitionLog:
             return min(lag, segment_ms)
         return segment_ms
 
-    def _maybe_roll(self, incoming: int, last_offset: int, incoming_max_ts: int, now_ms: int) -> None:
+    def _maybe_roll(self, incoming: int, last_offset: int, incoming_max_ts: int, now_ms: int,
+                    roll_base: int | None = None) -> None:
         seg = self.active
         if seg.size == 0:
+            if not seg.can_hold(last_offset, incoming):
+                # A follower's first batch far past an empty segment's base (a compaction gap):
+                # Kafka's shouldRoll rolls on the index range whatever the size.
+                self.roll(now_ms, roll_base)
             return
         # Kafka's LogSegment.timeWaitedForRoll: the incoming batch's timestamp minus the
         # segment's first batch timestamp (both the producer's clock), or wall time since
@@ -341,11 +629,14 @@ class PartitionLog:
         if (seg.size + incoming > int(self.config["segment.bytes"]) or waited >= self.max_segment_ms
                 # Kafka's LogSegment.shouldRoll: the index holds offsets and positions in 32 bits.
                 or not seg.can_hold(last_offset, incoming)):
-            self.roll(now_ms)
+            self.roll(now_ms, roll_base)
 
-    def roll(self, now_ms: int) -> Segment:
+    def roll(self, now_ms: int, base_offset: int | None = None) -> Segment:
+        """Start a new active segment at the log end, or at `base_offset` when that is past
+        it (a follower's batch after a gap)."""
         old = self.active
-        seg = Segment(self.directory, old.next_offset, self.index_interval, now_ms, self.files)
+        base = old.next_offset if base_offset is None else max(base_offset, old.next_offset)
+        seg = Segment(self.directory, base, self.index_interval, now_ms, self.files)
         old.seal_time_index()
         old.flush_indexes()
         self.segments.append(seg)
@@ -362,27 +653,164 @@ class PartitionLog:
         first_unflushed = min((s.base_offset for s in self.rolled_unflushed), default=self.active.base_offset)
         self.recovery_point = max(self.recovery_point, first_unflushed)
 
+    # --- truncation (replication) ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record at or past `offset` (Kafka's UnifiedLog.truncateTo); True if
+        the log was cut, False when `offset` is at or past the log end.
+
+        Later segments are deleted, the one holding `offset` is cut at the batch holding
+        it. Replication truncates at epoch boundaries, which are batch boundaries; an
+        offset inside a batch takes the whole batch (the log then ends below `offset`)
+        and is logged. Below the first segment the log restarts empty at `offset`
+        (truncate_fully_and_start_at), as Kafka does. The epoch cache, producer state,
+        recovery point, high watermark and log start come down with the log end. Raises
+        StorageError when a file cannot be cut or deleted: the log is then what is left,
+        still whole and usable, with everything above brought down to it.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.directory.name} to a negative offset ({offset})")
+        leo = self.log_end_offset
+        if offset >= leo:
+            # Kafka truncates the cache even so: a leader may have assigned its epoch at the
+            # log end and lost leadership before appending anything.
+            self.epochs.truncate_from_end(leo)
+            return False
+        if offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        log.info("%s: truncating to offset %d (log end %d)", self.directory.name, offset, leo)
+        i = self._segment_index(offset)
+        try:
+            self._remove_segments_after(i)
+            dropped = self.segments[i].truncate_to(offset)
+        finally:
+            self._after_truncation()
+        if dropped is not None and dropped.base_offset < offset:
+            log.warning("%s: truncation offset %d is inside the batch %d..%d: the whole batch was removed, the log "
+                        "now ends at %d", self.directory.name, offset, dropped.base_offset, dropped.last_offset,
+                        self.log_end_offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
+        """Delete every record; the log restarts empty at `offset`, which becomes its log
+        start and high watermark (Kafka's UnifiedLog.truncateFullyAndStartAt: a follower
+        whose fetch offset is out of range on the leader). The epoch cache and producer
+        state are emptied. `now_ms` is the new segment's creation time (default: the old
+        first segment's). Raises StorageError as truncate_to does."""
+        if offset < 0:
+            raise ValueError(f"cannot restart {self.directory.name} at a negative offset ({offset})")
+        log.info("%s: truncating fully (log %d..%d) and starting at offset %d", self.directory.name,
+                 self.log_start_offset, self.log_end_offset, offset)
+        try:
+            self._remove_segments_after(0)
+            first = self.segments[0]
+            first.truncate_to(first.base_offset)
+            if first.base_offset != offset:
+                created = first.created_ms if now_ms is None else now_ms
+                self.segments.append(Segment(self.directory, offset, self.index_interval, created, self.files))
+                self._remove_segment(0)
+            elif now_ms is not None:
+                first.created_ms = now_ms
+        except BaseException:
+            self._after_truncation()
+            raise
+        self._bases = [offset]
+        self.rolled_unflushed.clear()
+        self._log_start = offset
+        self.recovery_point = offset
+        self._hw = offset
+        self._unflushed_messages = 0
+        self.cleaner_state = None
+        self.producers = ProducerState()
+        self._forget_epoch_file()
+        self.epochs.clear()  # Kafka's clearAndFlush
+
+    def _remove_segments_after(self, i: int) -> None:
+        """Delete the segments after index `i`, last first, so the log is whole if one fails."""
+        while len(self.segments) > i + 1:
+            self._remove_segment(len(self.segments) - 1)
+
+    def _remove_segment(self, i: int) -> None:
+        seg = self.segments.pop(i)
+        try:
+            seg.delete()
+        except OSError as exc:
+            raise storage_error(f"cannot delete {seg.path}", exc) from exc
+
+    def _after_truncation(self) -> None:
+        """Bring everything that refers to offsets down to the log end after a cut."""
+        self._bases = [s.base_offset for s in self.segments]
+        active = self.active
+        self.rolled_unflushed = [s for s in self.rolled_unflushed if s is not active and s in self.segments]
+        leo = active.next_offset
+        self.recovery_point = min(self.recovery_point, leo)
+        self._log_start = min(self._log_start, leo)  # Kafka: logStartOffset = min(target, logStartOffset)
+        self._hw = min(self._hw, leo) if self._replicated else leo
+        if isinstance(self.cleaner_state, int) and self.cleaner_state > leo:
+            self.cleaner_state = active.base_offset  # the compactor's next pass starts no later
+        # Producer state (Kafka's truncateAndReload, without its snapshots): forget what was
+        # cut; a producer with nothing left is looked for in the active segment, as when
+        # the log is opened (producer_state.py).
+        emptied = self.producers.truncate(leo)
+        if emptied:
+            for h in active.headers():
+                if h.producer_id in emptied:
+                    self.producers.update(h)
+        self._forget_epoch_file()
+        self.epochs.truncate_from_end(leo)
+
+    def _forget_epoch_file(self) -> None:
+        """A cache kept in memory (not replicated) may now differ from its file in the
+        middle, where opening could not tell: remove the file, opening then rebuilds the
+        cache from the log."""
+        if self._replicated or self._epoch_file is None:
+            return
+        self._epochs_on_disk = None
+        try:
+            self._epoch_file.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("%s: cannot remove %s (%s); the log is checked against it when opened",
+                        self.directory.name, self._epoch_file, exc)
+
     # --- read ----------------------------------------------------------------------
 
     def _segment_index(self, offset: int) -> int:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
-        """Stored bytes from `offset`, CRC-checked (raises CorruptBatch, StorageError)."""
+    def read(self, offset: int, max_bytes: int, min_one: bool = True, max_offset: int | None = None) -> ReadResult:
+        """Stored bytes from `offset`, CRC-checked (raises CorruptBatch, StorageError).
+
+        `max_offset` (exclusive) bounds what is returned: a consumer passes the high
+        watermark, a follower None (the log end). Only batches wholly below it are
+        served: as Kafka reads up to the file position of the batch holding the bound,
+        a batch straddling it waits (the high watermark is a batch boundary anyway, as
+        every replica appends whole batches). An offset past the log end is out of
+        range; one at or past the bound but not past the log end gets no data and no
+        error (Kafka: a consumer ahead of the high watermark)."""
         hw = self.high_watermark
         start = self.log_start_offset
-        if offset < start or offset > hw:
-            raise OffsetOutOfRange(f"offset {offset} not in [{start}, {hw}]")
-        if offset == hw or max_bytes <= 0 and not min_one:
-            return ReadResult(b"", hw, start)
+        leo = self.log_end_offset
+        if offset < start or offset > leo:
+            raise OffsetOutOfRange(f"offset {offset} not in [{start}, {leo}]")
+        limit = leo if max_offset is None or max_offset > leo else max_offset
+        if offset >= limit or max_bytes <= 0 and not min_one:
+            return ReadResult(b"", hw, start, leo)
         for seg in self.segments[self._segment_index(offset) :]:
             try:
                 h = seg.find(offset)
+                if h is None:
+                    continue  # offset past this segment's last batch (compaction gap): try the next
+                if h.last_offset >= limit:
+                    return ReadResult(b"", hw, start, leo)
+                end = seg.size
+                if limit < seg.next_offset:
+                    bound = seg.find(limit)  # the first batch not to serve
+                    if bound is not None:
+                        end = bound.position
             except CorruptBatch as exc:
                 raise self._corrupt(seg, offset, str(exc)) from None
-            if h is None:
-                continue  # offset past this segment's last batch (compaction gap): try the next
-            size = min(max_bytes, seg.size - h.position)
+            size = min(max_bytes, end - h.position)
             if min_one and size < h.size:
                 size = h.size
             data = seg.pread(h.position, max(size, 0))
@@ -390,8 +818,8 @@ class PartitionLog:
                 good = seg.verify_crcs(data, h.position)
             except CorruptBatch as exc:
                 raise self._corrupt(seg, exc.offset, str(exc)) from None
-            return ReadResult(data if good == len(data) else data[:good], hw, start)
-        return ReadResult(b"", hw, start)
+            return ReadResult(data if good == len(data) else data[:good], hw, start, leo)
+        return ReadResult(b"", hw, start, leo)
 
     def _corrupt(self, seg: Segment, offset: int, message: str) -> CorruptBatch:
         key = (seg.base_offset, offset)
@@ -460,9 +888,24 @@ class PartitionLog:
         """Segments below the log start offset, whatever the policy, then retention by time
         and by size (cleanup.policy includes delete), as Kafka's UnifiedLog.deleteOldSegments.
         Returns segments deleted."""
-        deleted = self._delete_breached_segments()
-        if "delete" not in self.config["cleanup.policy"]:
-            return deleted
+        before = self.log_start_offset
+        try:
+            deleted = self._delete_breached_segments()
+            if "delete" in self.config["cleanup.policy"]:
+                deleted += self._delete_retained(now_ms)
+        finally:
+            if self.log_start_offset != before:
+                self._log_start_moved()
+        return deleted
+
+    def _deletable(self) -> bool:
+        """The first segment may go: it is not the active one, and (Kafka's
+        deletableSegments) all of it is below the high watermark, so retention never
+        deletes what followers have yet to copy or consumers to see."""
+        return len(self.segments) > 1 and self.segments[1].base_offset <= self.high_watermark
+
+    def _delete_retained(self, now_ms: int) -> int:
+        deleted = 0
         retention_ms = int(self.config["retention.ms"])
         retention_bytes = int(self.config["retention.bytes"])
         if retention_ms >= 0:
@@ -475,12 +918,12 @@ class PartitionLog:
 
             if active.size and all(expired(s) for s in self.segments):
                 self.roll(now_ms)  # Kafka rolls an expired active segment so it can be deleted too
-            while len(self.segments) > 1 and expired(self.segments[0]):
+            while self._deletable() and expired(self.segments[0]):
                 self._delete_first()
                 deleted += 1
         if retention_bytes >= 0:
             total = self.size_bytes
-            while len(self.segments) > 1 and total - self.segments[0].size >= retention_bytes:
+            while self._deletable() and total - self.segments[0].size >= retention_bytes:
                 total -= self.segments[0].size
                 self._delete_first()
                 deleted += 1

@@ -14,6 +14,13 @@ A producer id we hold no state for is accepted at any sequence (its state may ha
 lost with a truncated or deleted segment, and Kafka since KIP-360 likewise lets such
 producers continue). State is rebuilt at start-up from the active segment's batch
 headers; no snapshot files are written (a difference from Kafka, noted in the docs).
+
+When the log is truncated (a follower cutting a divergent tail, Kafka's
+ProducerStateManager.truncateAndReload), `truncate` forgets the batches at or past the
+new end. A producer left with some of its cached batches keeps them: its last sequence
+is right, and only retries of batches older than the cache could go unrecognised. A
+producer left with none is forgotten and handed back to the caller, which replays the
+batch headers it can afford to read (PartitionLog: the active segment, as at start-up).
 """
 
 from __future__ import annotations
@@ -81,6 +88,22 @@ class ProducerState:
                 "out_of_order_sequence_number",
                 f"sequence {h.base_sequence} from producer {h.producer_id}, expected {expected}",
             )
+
+    def truncate(self, offset: int) -> set[int]:
+        """Forget every batch appended at or past `offset`; return the ids of producers
+        with no batch left (their state below `offset` is unknown here)."""
+        emptied = set()
+        for pid, entry in list(self.producers.items()):
+            if not entry.batches or entry.batches[-1][2] < offset:
+                continue  # base offsets only grow: nothing of this producer was cut
+            kept = [b for b in entry.batches if b[2] < offset]
+            if kept:
+                entry.batches = deque(kept, maxlen=MAX_CACHED_BATCHES)
+            else:
+                # Its epoch may also have been bumped in the cut part: the entry goes whole.
+                del self.producers[pid]
+                emptied.add(pid)
+        return emptied
 
     def update(self, h: BatchHeader) -> None:
         """Record an appended batch (its header carries the assigned base offset)."""

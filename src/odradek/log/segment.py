@@ -27,10 +27,15 @@ Two ways to load:
   (Kafka's `LogSegment.recover`): every batch is checked, CRC32C included, and the
   file is truncated at the first one that fails; the result says how many bytes and
   offsets were dropped and whether whole batches (not only a torn tail) were lost.
+
+Replication cuts a segment's tail (`truncate_to`, Kafka's LogSegment.truncateTo): the
+file and both indexes are cut at a batch boundary, and the tail state comes from the
+indexes plus a short scan, as a flushed segment's load does.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -447,14 +452,69 @@ class Segment:
             position += h.size
         return last, whole
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop every batch at or after `offset` (the whole batch containing it too)."""
-        h = self.find(offset)
-        if h is None:
-            return
+    def truncate_to(self, offset: int) -> BatchHeader | None:
+        """Kafka's LogSegment.truncateTo: drop every batch whose last offset is >= `offset`
+        (the whole batch containing `offset` too). Returns the first batch dropped, None
+        when nothing was (everything here is below `offset`).
+
+        A header that does not parse before the batch holding `offset` is cut along with
+        everything after it: nothing past it could be read anyway. The indexes are cut in
+        memory (their files are rewritten at the next flush, or rebuilt after a crash) and
+        the segment's tail state is derived from them plus a short scan, not by a full
+        recovery: a truncating follower must not read back a gigabyte segment. Raises
+        StorageError if the file cannot be cut; nothing changed then.
+        """
+        position = self.index.lookup(offset)
+        dropped: BatchHeader | None = None
+        kept_next = self._offset_at(position)
+        for h in self._headers_from(position):
+            if h.last_offset >= offset:
+                dropped = h
+                break
+            position = h.position + h.size
+            kept_next = h.next_offset
+        if dropped is None and position >= self.size:
+            return None
+        cut = dropped.position if dropped is not None else position
         try:
-            os.ftruncate(self._fd(), h.position)
+            os.ftruncate(self._fd(), cut)
         except OSError as exc:
             raise storage_error(f"cannot truncate {self.path}", exc) from exc
-        self.size = h.position
-        self.recover()
+        self.size = cut
+        self.index.truncate_to_position(cut)
+        # Time index entries name the batch holding the running maximum: those at or past
+        # the cut go (every batch kept has a smaller base offset than every batch dropped).
+        self.time_index.truncate_to_offset(dropped.base_offset if dropped is not None else kept_next)
+        self._retrack()
+        return dropped
+
+    def _offset_at(self, position: int) -> int:
+        """The base offset of the batch at `position`, an index entry's (the segment base
+        for position 0): a lower bound for every batch from there on."""
+        i = bisect.bisect_left(self.index.values, position)
+        if i < len(self.index) and self.index.values[i] == position:
+            return self.index.keys[i]
+        return self.base_offset
+
+    def _retrack(self) -> None:
+        """Next offset, largest timestamp and index spacing of a segment whose tail was cut,
+        from the (cut) indexes plus a scan, as `_load_tail`: the time index's last entry
+        names the batch holding the largest timestamp before it, so scanning from that
+        batch (or the last offset index entry, if earlier) sees every candidate."""
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.max_timestamp_position = -1
+        self.max_timestamp_offset = -1
+        last_indexed = self.index.values[-1] if len(self.index) else 0
+        scan_from = last_indexed
+        if len(self.time_index):
+            scan_from = min(scan_from, self.index.lookup(self.time_index.values[-1]))
+        for h in self._headers_from(scan_from):
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp = h.max_timestamp
+                self.max_timestamp_position = h.position
+                self.max_timestamp_offset = h.base_offset
+            self.next_offset = h.next_offset
+        self._bytes_since_index = self.size - last_indexed if self.size else 0
+        first = self.batch_at(0) if self.size else None
+        self.first_batch_timestamp = first.max_timestamp if first is not None else None

@@ -1,4 +1,4 @@
-"""OffsetsForLeaderEpoch v0-v4 (API 23): where a leader epoch ends in the leader's log.
+"""OffsetsForLeaderEpoch v2-v4 (API 23; kio has no schema for v0-v1, which only pre-2.1 clients send): where a leader epoch ends in the leader's log.
 
 Followers use it (before Fetch v12's DivergingEpoch) and clients use it (KIP-320) to find
 out whether the log they read diverged after a leader change. Kafka's
@@ -44,7 +44,7 @@ def _answer(broker, topic, p, replica_id) -> dict:
     return {**out, "error_code": NONE, "leader_epoch": epoch, "end_offset": end}
 
 
-@api(23, "OffsetForLeaderEpoch", 0, 4)
+@api(23, "OffsetForLeaderEpoch", 2, 4)
 async def offset_for_leader_epoch(broker, request):
     replica_id = int(request.field("replica_id", FOLLOWER_BEFORE_V3))
     topics = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+from ...cluster.backend import MetadataUnavailable
 from ...cluster.metadata import TopicCollision
 from ...cluster.names import InvalidTopicName, collision_key, validate_topic_name
 from ...cluster.placement import PlacementError
@@ -21,6 +22,7 @@ from ...protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NONE,
     POLICY_VIOLATION,
+    REQUEST_TIMED_OUT,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -162,6 +164,9 @@ async def create_topics(broker, request):
         for (result, _), outcome in zip(creating, created):
             if isinstance(outcome, StorageError):
                 result.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(outcome), num_partitions=-1,
+                              replication_factor=-1, configs=None)
+            elif isinstance(outcome, MetadataUnavailable):  # etcd unreachable: Kafka's controller timeout
+                result.update(error_code=REQUEST_TIMED_OUT, error_message=str(outcome), num_partitions=-1,
                               replication_factor=-1, configs=None)
             elif isinstance(outcome, Exception):  # raced with another request meanwhile
                 result.update(error_code=TOPIC_ALREADY_EXISTS, error_message=str(outcome), num_partitions=-1,
