@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.client.net import BrokerConnection
@@ -46,6 +46,16 @@ def _create(cluster, name, partitions=1, rf=3, min_isr=2):
     admin = _admin(cluster)  # keep it alive until the answer comes
     fs = admin.create_topics([NewTopic(name, partitions, rf, config={"min.insync.replicas": str(min_isr)})])
     fs[name].result(30)
+
+
+def _created(cluster, name) -> bool:
+    try:
+        _create(cluster, name)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].name() != "INVALID_REPLICATION_FACTOR":
+            raise
+        return False
 
 
 def _describe(cluster, name):
@@ -240,3 +250,81 @@ def test_not_enough_replicas_when_only_one_broker_is_left(cluster):
     prod.flush(15)
     assert errors and errors[0] is not None
     assert errors[0].name() == "NOT_ENOUGH_REPLICAS"
+
+
+def test_brokers_keep_serving_while_etcd_is_unavailable(cluster):
+    _create(cluster, "noetcd", partitions=3)
+    _wait(lambda: all(sorted(p.isrs) == [1, 2, 3] for p in _describe(cluster, "noetcd").values()), what="full ISR")
+    prod = _producer(cluster)
+    acked: list[tuple[int, int, bytes]] = []
+
+    def report(err, msg):
+        if err is None:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    # The idempotent producer gets its id first: producer ids come in blocks from the
+    # metadata store (as Kafka's come from the controller), so InitProducerId needs etcd.
+    prod.produce("noetcd", value=b"warm-up", partition=0, on_delivery=report)
+    assert prod.flush(20) == 0
+    cluster.etcd.pause()  # SIGSTOP: connections stay open, nothing answers
+    try:
+        t0 = time.monotonic()
+        for i in range(300):
+            prod.produce("noetcd", value=b"during-%04d" % i, partition=i % 3, on_delivery=report)
+        assert prod.flush(20) == 0
+        during = time.monotonic() - t0
+        assert len(acked) == 301  # acks=all needs the followers, not etcd
+        got = _consume_all(cluster, "noetcd", 3, 301, timeout=20)
+        assert sum(len(v) for v in got.values()) == 301
+        time.sleep(max(0.0, 4.0 - during))  # stay unavailable past the lease TTL
+    finally:
+        cluster.etcd.resume()
+    # etcd is back. The leases it could not refresh expire as it resumes, so every broker
+    # registers again (within a keepalive interval) and the controller re-elects leaders;
+    # until every broker is back, RF=3 cannot be placed (INVALID_REPLICATION_FACTOR).
+    _wait(lambda: _created(cluster, "after-etcd"), what="metadata changes work again")
+    for i in range(300):
+        prod.produce("noetcd", value=b"after-%04d" % i, partition=i % 3, on_delivery=report)
+    assert prod.flush(60) == 0
+    assert len(acked) == 601
+    got = _consume_all(cluster, "noetcd", 3, 601)
+    stored = {(p, o): v for p, rows in got.items() for o, v in rows}
+    for p, o, v in acked:
+        assert stored[(p, o)] == v
+    _wait(lambda: all(sorted(p.isrs) == [1, 2, 3] for p in _describe(cluster, "noetcd").values()),
+          timeout=60, what="full ISR after etcd returns")
+
+
+def test_a_one_broker_etcd_cluster_behaves_like_the_single_broker(tmp_path):
+    c = LocalCluster(tmp_path / "one", brokers=1, port=0, overrides=["offsets.topic.num.partitions=2"])
+    c.start()
+    try:
+        _create(c, "solo", partitions=2, rf=1, min_isr=1)
+        prod = _producer(c)
+        for i in range(100):
+            prod.produce("solo", value=b"%03d" % i, partition=i % 2)
+        assert prod.flush(30) == 0
+        conf = {"bootstrap.servers": c.bootstrap, "group.id": "solo-g", "group.protocol": "consumer",
+                "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        cons = Consumer(conf)
+        cons.subscribe(["solo"])
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 100 and time.monotonic() < deadline:
+            m = cons.poll(0.5)
+            if m is not None and not m.error():
+                seen += 1
+        assert seen == 100
+        cons.commit(asynchronous=False)
+        cons.close()
+        # A restart (SIGTERM) keeps topics, records and committed offsets, as the file store does.
+        c.stop_broker(1)
+        c.start_broker(1)
+        again = Consumer(conf)
+        committed = again.committed([TopicPartition("solo", 0), TopicPartition("solo", 1)], timeout=30)
+        assert sorted(tp.offset for tp in committed) == [50, 50]
+        again.close()
+        got = _consume_all(c, "solo", 2, 100)
+        assert [o for o, _ in got[0]] == list(range(50))
+    finally:
+        c.stop()

@@ -77,7 +77,7 @@ class ReplicaManager:
         self._rng = random.Random()
         self._fetchers = None  # replica_fetcher.FetcherPool, made on the first follower role
         self._stopped = False
-        self._counts: dict[str, tuple[Any, int]] = {}  # topic -> (id, partitions) the logs know
+        self._counts: dict[str, tuple[Any, int, tuple]] = {}  # topic -> (id, partitions, configs) the logs know
 
     # --- placement (Kafka's controller: AdminUtils.assignReplicasToBrokers) ---------------
 
@@ -172,7 +172,7 @@ class ReplicaManager:
         """Tell the log manager of topics created, grown or deleted (by any broker)."""
         logs, purgatory = self.broker.logs, self.broker.purgatory
         current = self.broker.metadata.topics
-        for name, (topic_id, _) in list(self._counts.items()):
+        for name, (topic_id, _, _) in list(self._counts.items()):
             topic = current.get(name)
             if topic is None or topic.topic_id != topic_id:
                 gone = logs.topics.get(name)
@@ -182,13 +182,18 @@ class ReplicaManager:
                 purgatory.notify_topic(name)
         for name, topic in current.items():
             known = self._counts.get(name)
+            configs = tuple(sorted(topic.configs.items()))
             if known is None:
                 logs.create(topic) if name not in logs.topics else None
             elif known[1] != topic.partitions:
                 logs.create(topic, first_partition=known[1])
+            elif known[2] != configs:
+                # AlterConfigs on any broker: every broker's open logs follow (Kafka's
+                # DynamicConfigPublisher applies topic config changes from the metadata log).
+                logs.reconfigure(topic, self.broker.topic_config(topic))
             else:
                 continue
-            self._counts[name] = (topic.topic_id, topic.partitions)
+            self._counts[name] = (topic.topic_id, topic.partitions, configs)
 
     def _log(self, tp: TopicPartition) -> PartitionLog | None:
         try:

@@ -6,20 +6,8 @@ prefix applies every change, its own included, to the mirror in revision order a
 publishes a new ClusterImage. A write returns once etcd committed it and the watch has
 applied its revision, so the caller sees its own write at once.
 
-Key layout (JSON values), the ZooKeeper layout of Kafka 2.x/3.x moved onto etcd
-(/work/shared/CLUSTER.md, "Coordination in the ZooKeeper era"):
-
-    cluster_id                  {"id"}: created once, by whoever comes first
-    brokers/<id>                {host, port, rack} on the broker's lease (ZK: ephemeral
-                                /brokers/ids/<id>); broker epoch = the key's create_revision
-    controller                  {node_id} on the controller's lease (ZK: /controller);
-                                controller epoch = its create_revision (ZK: /controller_epoch)
-    topics/<name>               {id, partitions: [[replica ids] per partition], configs}
-    partitions/<name>/<index>   {leader, leader_epoch, isr}; partition epoch = mod_revision
-                                (ZK: .../partitions/<p>/state and its version)
-    group_configs/<group>       {key: value}  (names encoded by `_encode_name`)
-    broker_configs/<resource>   {key: value}; "" (the cluster default) is "-default"
-    producer_ids                {block_end}: blocks of 1000 handed out by compare-and-set
+The key layout, and the mirror itself, are in etcd_mirror.py: what the keys and values
+mean, pure. This module does the I/O: when to read, watch and write them.
 
 Fencing (KIP-497, and ZooKeeper's version checks): a partition state is written only with
 a compare on the mod_revision it was computed from; the controller's writes also compare
@@ -38,12 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-from urllib.parse import quote, unquote
 
 import aetcd
 import grpc
@@ -51,17 +39,29 @@ from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
 from .backend import Fenced, Listener, MetadataUnavailable, TopicSpec
-from .controller import elect, initial_state
+from .controller import elect
+from .etcd_mirror import (
+    EtcdMirror,
+    Item,
+    _assignment,
+    _batches,
+    _cmp_create,
+    _cmp_mod,
+    _decode_name,  # noqa: F401 - the tests import it from here
+    _delete,
+    _encode_name,  # noqa: F401 - the tests import it from here
+    _get,
+    _put,
+    _TxnResult,
+)
 from .image import BrokerInfo, ClusterImage, PartitionState, TopicPartition
-from .metadata import Topic, TopicExists, TopicRegistry, _random_uuid
+from .metadata import Topic, TopicExists, _random_uuid
 
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000  # as MetadataStore and Kafka's ProducerIdManager hand them out
-DEFAULT_RESOURCE = "-default"  # the encoded "" (cluster-wide default) resource name
 MIN_BACKOFF, MAX_BACKOFF = 0.05, 1.0  # seconds between retries of the background tasks
 CAS_RETRIES = 5
-_PUT = rpc.Event.EventType.Value("PUT")
 # gRPC channel: reconnect quickly once etcd is back, notice a silent peer (keepalive pings
 # every 10 s are above etcd's 5 s --grpc-keepalive-min-time), no 4 MiB cap on a large load.
 _CHANNEL_OPTIONS = {
@@ -82,19 +82,6 @@ def lease_seconds(ttl_ms: int) -> int:
     return max(1, -(-int(ttl_ms) // 1000))
 
 
-def _encode_name(name: str) -> str:
-    """A group or broker resource name as one key segment: "" is "-default", others are
-    percent-encoded with a leading '-' escaped, so no name maps onto "-default"."""
-    if name == "":
-        return DEFAULT_RESOURCE
-    enc = quote(name, safe="")
-    return "%2D" + enc[1:] if enc.startswith("-") else enc
-
-
-def _decode_name(seg: str) -> str:
-    return "" if seg == DEFAULT_RESOURCE else unquote(seg)
-
-
 def _connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError,
                         TimeoutError, OSError)):
@@ -112,58 +99,13 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-class _TxnResult:
-    __slots__ = ("succeeded", "revision", "changed", "kvs")
-
-    def __init__(self, resp: Any) -> None:
-        self.succeeded: bool = resp.succeeded
-        self.revision: int = resp.header.revision
-        self.changed = False
-        self.kvs: dict[bytes, Any] = {}  # what the failure branch's gets found
-        for r in resp.responses:
-            kind = r.WhichOneof("response")
-            if kind == "response_put" or (kind == "response_delete_range" and r.response_delete_range.deleted):
-                self.changed = True
-            elif kind == "response_range":
-                self.kvs.update((kv.key, kv) for kv in r.response_range.kvs)
-
-
-def _cmp_create(key: bytes, rev: int) -> Any:
-    return rpc.Compare(key=key, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=rev)
-
-
-def _cmp_mod(key: bytes, rev: int) -> Any:
-    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=rev)
-
-
-def _put(key: bytes, doc: Any, lease: int = 0) -> Any:
-    value = json.dumps(doc, separators=(",", ":")).encode()
-    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
-
-
-def _delete(key: bytes, range_end: bytes = b"") -> Any:
-    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, range_end=range_end))
-
-
-def _get(key: bytes) -> Any:
-    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
-
-
-def _state_doc(state: PartitionState) -> dict[str, Any]:
-    return {"leader": state.leader, "leader_epoch": state.leader_epoch, "isr": list(state.isr)}
-
-
-Item = tuple[list[Any], list[Any]]  # (compares, operations) that must commit together
-
-
-class EtcdBackend(TopicRegistry):
+class EtcdBackend:
     """MetadataBackend over etcd v3 (see the module docstring)."""
 
     def __init__(self, endpoints: list[tuple[str, int]], node_id: int, *, prefix: str = "/odradek",
                  lease_ttl_ms: int = 6000, new_id: Callable[[], uuid.UUID] | None = None,
                  unclean: Callable[[str], bool] = lambda topic: False, request_timeout_ms: int = 5000,
                  max_txn_ops: int = 128) -> None:
-        super().__init__()
         if not endpoints:
             raise ValueError("no etcd endpoints")
         self.endpoints = list(endpoints)
@@ -175,20 +117,13 @@ class EtcdBackend(TopicRegistry):
         self.unclean = unclean
         self.request_timeout = request_timeout_ms / 1000
         self.max_txn_ops = max(3, max_txn_ops)
-        # The mirror. These dicts are changed in place only: the broker holds them.
-        self.cluster_id = ""
-        self.group_configs: dict[str, dict[str, str]] = {}
-        self.broker_configs: dict[str, dict[str, str]] = {}
-        self._brokers: dict[int, BrokerInfo] = {}
-        self._controller = (-1, 0, 0)  # node id, epoch (create_revision), lease
-        self._assign: dict[str, list[tuple[int, ...]]] = {}
-        self._topic_revs: dict[str, tuple[int, int]] = {}  # name -> (create, mod) revision
-        self._praw: dict[TopicPartition, tuple[int, int, tuple[int, ...], int]] = {}
-        self._parts: dict[TopicPartition, PartitionState] = {}
-        self._producer_block_end = 0
+        # The mirror, changed by the watch (and a reload) only. Its dicts are changed in
+        # place only, so the broker may hold them.
+        self.mirror = EtcdMirror(self._p)
+        self.topics, self.by_id = self.mirror.topics, self.mirror.by_id
+        self.group_configs, self.broker_configs = self.mirror.group_configs, self.mirror.broker_configs
         self._revision = 0  # every event up to this revision is applied
         self._loaded = False
-        self._dirty = False
         self._image = ClusterImage()
         self._listeners: list[Listener] = []
         self._waiters: list[tuple[int, asyncio.Future]] = []
@@ -209,6 +144,19 @@ class EtcdBackend(TopicRegistry):
 
     # --- reads: the mirror ----------------------------------------------------------------
 
+    @property
+    def cluster_id(self) -> str:
+        return self.mirror.cluster_id
+
+    def get(self, name: str) -> Topic | None:
+        return self.mirror.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self.mirror.get_by_id(topic_id)
+
+    def check_create(self, name: str) -> None:
+        self.mirror.check_create(name)
+
     def image(self) -> ClusterImage:
         return self._image
 
@@ -217,22 +165,8 @@ class EtcdBackend(TopicRegistry):
 
     @property
     def is_controller(self) -> bool:
-        node, _, lease = self._controller
+        node, _, lease = self.mirror.controller
         return node == self.node_id and lease == self._lease != 0
-
-    # --- keys -------------------------------------------------------------------------------
-
-    def _key(self, *parts: str) -> bytes:
-        return self._p + "/".join(parts).encode()
-
-    def _topic_key(self, name: str) -> bytes:
-        return self._key("topics", name)
-
-    def _part_key(self, tp: TopicPartition) -> bytes:
-        return self._key("partitions", tp[0], str(tp[1]))
-
-    def _topic_doc(self, topic: Topic, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> dict:
-        return {"id": str(topic.topic_id), "partitions": [list(r) for r in assignment], "configs": dict(configs)}
 
     # --- connection -------------------------------------------------------------------------
 
@@ -246,7 +180,7 @@ class EtcdBackend(TopicRegistry):
         for _ in self.endpoints:
             client = self._make_client()
             try:
-                await client.get(self._key("cluster_id"))
+                await client.get(self.mirror.key("cluster_id"))
                 self._client = client
                 return
             except _ETCD_ERRORS as exc:
@@ -348,106 +282,10 @@ class EtcdBackend(TopicRegistry):
 
     # --- the mirror -------------------------------------------------------------------------
 
-    def _apply(self, put: bool, key: bytes, kv: Any) -> None:
-        """One key's new value (or its deletion) into the mirror."""
-        rel = key[len(self._p):].decode()
-        kind, _, rest = rel.partition("/")
-        try:
-            doc = json.loads(kv.value) if put else None
-            if kind == "brokers":
-                self._apply_broker(int(rest), doc, kv)
-            elif kind == "controller":
-                self._controller = (int(doc["node_id"]), kv.create_revision, kv.lease) if put else (-1, 0, 0)
-                self._dirty = True
-                self._campaign_kick.set()
-            elif kind == "topics":
-                self._apply_topic(rest, doc, kv)
-            elif kind == "partitions":
-                name, _, index = rest.rpartition("/")
-                tp = (name, int(index))
-                if put:
-                    self._praw[tp] = (int(doc["leader"]), int(doc["leader_epoch"]),
-                                      tuple(int(b) for b in doc["isr"]), kv.mod_revision)
-                else:
-                    self._praw.pop(tp, None)
-                self._set_part(tp)
-            elif kind in ("group_configs", "broker_configs"):
-                target = self.group_configs if kind == "group_configs" else self.broker_configs
-                if put:
-                    target[_decode_name(rest)] = {str(k): str(v) for k, v in doc.items()}
-                else:
-                    target.pop(_decode_name(rest), None)
-            elif kind == "cluster_id" and put:
-                self.cluster_id = str(doc["id"])
-                self._dirty = True
-            elif kind == "producer_ids":
-                self._producer_block_end = int(doc["block_end"]) if put else 0
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-            log.warning("etcd: ignoring malformed %s: %s", key.decode(errors="replace"), exc)
-
-    def _apply_broker(self, node_id: int, doc: Any, kv: Any) -> None:
-        if doc is None:
-            self._brokers.pop(node_id, None)
-        else:
-            rack = doc.get("rack")
-            self._brokers[node_id] = BrokerInfo(node_id, str(doc["host"]), int(doc["port"]),
-                                                None if rack is None else str(rack), kv.create_revision)
-        self._dirty = True
-
-    def _apply_topic(self, name: str, doc: Any, kv: Any) -> None:
-        old_count = len(self._assign.get(name, ()))
-        topic = self.topics.get(name)
-        if doc is None:
-            if topic is not None:
-                self._remove(name)
-            self._assign.pop(name, None)
-            self._topic_revs.pop(name, None)
-        else:
-            tid = uuid.UUID(doc["id"])
-            assignment = [tuple(int(b) for b in r) for r in doc["partitions"]]
-            configs = {str(k): str(v) for k, v in (doc.get("configs") or {}).items()}
-            if topic is not None and topic.topic_id != tid:  # deleted and created again
-                self._remove(name)
-                topic = None
-            if topic is None:
-                self._add(Topic(name, tid, len(assignment), configs))
-            else:  # the same Topic object, changed in place: the broker holds it
-                topic.partitions = len(assignment)
-                if topic.configs != configs:
-                    topic.configs = configs
-            self._assign[name] = assignment
-            self._topic_revs[name] = (kv.create_revision, kv.mod_revision)
-        for index in range(max(old_count, len(self._assign.get(name, ())))):
-            self._set_part((name, index))
-
-    def _set_part(self, tp: TopicPartition) -> None:
-        """A partition is in the image when both its topic and its state key exist."""
-        raw = self._praw.get(tp)
-        assignment = self._assign.get(tp[0])
-        if raw is not None and assignment is not None and tp[1] < len(assignment):
-            self._parts[tp] = PartitionState(assignment[tp[1]], *raw)
-        elif self._parts.pop(tp, None) is None:
-            return
-        self._dirty = True
-
-    def _mirrored_keys(self) -> list[bytes]:
-        keys = [self._key("brokers", str(b)) for b in self._brokers]
-        keys += [self._topic_key(n) for n in self.topics] + [self._part_key(tp) for tp in self._praw]
-        keys += [self._key("group_configs", _encode_name(g)) for g in self.group_configs]
-        keys += [self._key("broker_configs", _encode_name(r)) for r in self.broker_configs]
-        if self._controller[0] != -1:
-            keys.append(self._key("controller"))
-        if self._producer_block_end:
-            keys.append(self._key("producer_ids"))
-        return keys
-
     def _publish(self) -> None:
-        if not self._dirty:
+        if not self.mirror.dirty:
             return
-        self._dirty = False
-        node, epoch, _ = self._controller
-        old, self._image = self._image, ClusterImage.of(self.cluster_id, self._brokers.values(), node, epoch,
-                                                        self._parts)
+        old, self._image = self._image, self.mirror.image()
         for listener in list(self._listeners):
             try:
                 listener(old, self._image)
@@ -459,14 +297,9 @@ class EtcdBackend(TopicRegistry):
         """Read everything under the prefix and make the mirror exactly that (at start, and
         when the watch's revision was compacted away: the difference is published)."""
         resp = await self._call("load", lambda c: c.get_prefix(self._p))
-        present = {kv.key for kv in resp.kvs}
-        for key in self._mirrored_keys():
-            if key not in present:
-                self._apply(False, key, None)
-        for kv in resp.kvs:
-            self._apply(True, kv.key, kv)
+        if self.mirror.load(resp.kvs):  # the controller key: the campaign looks again
+            self._campaign_kick.set()
         self._loaded = True
-        self._dirty = True
         self._publish()
         self._advance(resp.header.revision)
 
@@ -483,7 +316,7 @@ class EtcdBackend(TopicRegistry):
         try:
             await self._connect()
             cid = base64.urlsafe_b64encode(self.new_id().bytes).decode().rstrip("=")
-            key = self._key("cluster_id")
+            key = self.mirror.key("cluster_id")
             await self._txn([_cmp_create(key, 0)], [_put(key, {"id": cid})])
             await self._load()
             registered = await self._register()
@@ -501,7 +334,7 @@ class EtcdBackend(TopicRegistry):
         existing key is this node id's previous life (ids are unique per broker): its lease
         is revoked so the new registration, and epoch, take effect at once."""
         assert self._me is not None
-        key = self._key("brokers", str(self.node_id))
+        key = self.mirror.key("brokers", str(self.node_id))
         doc = {"host": self._me.host, "port": self._me.port, "rack": self._me.rack}
         lease = await self._call("lease grant", lambda c: c.lease(self.lease_ttl_s))
         for _ in range(CAS_RETRIES):
@@ -606,12 +439,10 @@ class EtcdBackend(TopicRegistry):
                     raise MetadataUnavailable(f"watch cancelled: {resp.cancel_reason}")
                 delivered = True
                 if resp.events:
-                    top = self._revision
-                    for ev in resp.events:
-                        self._apply(ev.type == _PUT, ev.kv.key, ev.kv)
-                        top = max(top, ev.kv.mod_revision)
+                    if self.mirror.apply_events(resp.events):
+                        self._campaign_kick.set()
                     self._publish()
-                    self._advance(top)
+                    self._advance(max(ev.kv.mod_revision for ev in resp.events))
                 elif not resp.created:  # a progress notification: nothing more up to here
                     self._advance(resp.header.revision)
             raise MetadataUnavailable("watch stream ended")
@@ -646,10 +477,10 @@ class EtcdBackend(TopicRegistry):
         """While the mirror shows no controller, try to become it: create the controller key
         on our lease if nobody has (ZooKeeper: create the ephemeral /controller)."""
         self._campaign_kick.clear()
-        if not (self._controller[0] == -1 and self._lease and self._loaded):
+        if not (self.mirror.controller[0] == -1 and self._lease and self._loaded):
             await self._campaign_kick.wait()
             return
-        key = self._key("controller")
+        key = self.mirror.key("controller")
         res = await self._txn([_cmp_create(key, 0)], [_put(key, {"node_id": self.node_id}, self._lease)], [_get(key)])
         if res.succeeded:
             log.info("broker %d is the controller (epoch %d)", self.node_id, res.revision)
@@ -664,28 +495,27 @@ class EtcdBackend(TopicRegistry):
         self._elect_kick.clear()
         if self._loaded and self.is_controller:
             try:
-                await self._control(self._image, self._controller[1])
+                await self._control(self._image, self.mirror.controller[1])
             except MetadataUnavailable:
                 self._elect_kick.set()  # try again after the backoff
                 raise
 
     async def _control(self, image: ClusterImage, epoch: int) -> None:
         live = set(image.brokers)
-        fence = [(self._key("controller"), epoch)]
+        fence = [(self.mirror.key("controller"), epoch)]
         decisions = elect(image.partitions, live=live, unclean=self.unclean)
         top = 0
         if decisions:
             log.info("controller %d (epoch %d): %d partition state change(s) for live brokers %s",
                      self.node_id, epoch, len(decisions), sorted(live))
-            items = [([_cmp_mod(self._part_key(tp), st.partition_epoch)], [_put(self._part_key(tp), _state_doc(st))])
-                     for tp, st in decisions.items()]
+            items = [self.mirror.state_item(tp, st.partition_epoch, st) for tp, st in decisions.items()]
             top = await self._commit_batches(items, fence)
         # Partition states a creator did not get to write (it died between transactions).
-        for name, assignment in list(self._assign.items()):
-            missing = [i for i in range(len(assignment)) if (name, i) not in self._praw]
-            if missing and name in self._topic_revs:
-                top = max(top, await self._create_partition_keys(name, self._topic_revs[name][0], missing, live,
-                                                                 fence))
+        for name, assignment in list(self.mirror.assign.items()):
+            missing = [i for i in range(len(assignment)) if (name, i) not in self.mirror.raw_states]
+            if missing and name in self.mirror.topic_revs:
+                top = max(top, await self._create_partition_keys(name, self.mirror.topic_revs[name][0], missing,
+                                                                 live, fence))
         await self._seen(top)  # the next round starts from an image with these decisions in it
 
     # --- transaction batching ----------------------------------------------------------------
@@ -697,18 +527,8 @@ class EtcdBackend(TopicRegistry):
         highest committed revision (0 if none)."""
         guard_cmps = [_cmp_create(k, r) for k, r in guards]
         guard_gets = [_get(k) for k, _ in guards]
-        room = self.max_txn_ops - len(guard_cmps)
-        batches: list[list[Item]] = [[]]
-        used_c = used_o = 0
-        for item in items:
-            if batches[-1] and (used_c + len(item[0]) > room or used_o + len(item[1]) > self.max_txn_ops):
-                batches.append([])
-                used_c = used_o = 0
-            batches[-1].append(item)
-            used_c += len(item[0])
-            used_o += len(item[1])
         top = 0
-        for batch in batches:
+        for batch in _batches(items, self.max_txn_ops - len(guard_cmps), self.max_txn_ops):
             for attempt in ([batch] if len(batch) == 1 else [batch, *([i] for i in batch)]):
                 res = await self._txn(guard_cmps + [c for it in attempt for c in it[0]],
                                       [op for it in attempt for op in it[1]], guard_gets)
@@ -723,24 +543,10 @@ class EtcdBackend(TopicRegistry):
     async def _create_partition_keys(self, name: str, topic_rev: int, indexes: list[int], live: set[int],
                                      extra: list[tuple[bytes, int]] = ()) -> int:
         """Create absent partition states of topic `name` (incarnation `topic_rev`)."""
-        assignment = self._assign.get(name)
-        items = []
-        for i in indexes:
-            replicas = assignment[i] if assignment and i < len(assignment) else None
-            if replicas is not None:
-                key = self._part_key((name, i))
-                items.append(([_cmp_create(key, 0)], [_put(key, _state_doc(initial_state(replicas, live)))]))
-        return await self._commit_batches(items, [(self._topic_key(name), topic_rev), *extra])
+        items = self.mirror.create_state_items(name, indexes, live)
+        return await self._commit_batches(items, [(self.mirror.topic_key(name), topic_rev), *extra])
 
     # --- writes -------------------------------------------------------------------------------
-
-    def _assignment(self, name: str, count: int, assignments: dict | None) -> list[tuple[int, ...]]:
-        if not assignments or name not in assignments:
-            raise ValueError(f"topic {name!r}: the etcd backend needs its replica assignment")
-        replicas = [tuple(int(b) for b in r) for r in assignments[name]]
-        if len(replicas) != count or not all(replicas) or any(len(set(r)) != len(r) for r in replicas):
-            raise ValueError(f"topic {name!r}: bad replica assignment {assignments[name]!r} for {count} partition(s)")
-        return replicas
 
     async def create_topics(self, specs: list[TopicSpec],
                             assignments: dict[str, list[tuple[int, ...]]] | None = None) -> list[Topic]:
@@ -752,8 +558,8 @@ class EtcdBackend(TopicRegistry):
         if not specs:
             return []
         names = [name for name, _, _ in specs]
-        self.check_create_many(names)
-        plans = [(name, self._assignment(name, count, assignments), dict(configs), self.new_id())
+        self.mirror.check_create_many(names)
+        plans = [(name, _assignment(name, count, assignments), dict(configs), self.new_id())
                  for name, count, configs in specs]
         live = set(self._image.brokers)
         created: dict[str, int] = {}
@@ -762,18 +568,14 @@ class EtcdBackend(TopicRegistry):
         try:
             for start in range(0, len(plans), per_txn):
                 chunk = plans[start:start + per_txn]
-                keys = [self._topic_key(name) for name, *_ in chunk]
-                ops = [_put(k, {"id": str(tid), "partitions": [list(r) for r in a], "configs": c})
-                       for k, (_, a, c, tid) in zip(keys, chunk)]
-                parts = [(name, i, r) for name, a, _, _ in chunk for i, r in enumerate(a)]
-                room = self.max_txn_ops - len(ops)
-                ops += [_put(self._part_key((n, i)), _state_doc(initial_state(r, live))) for n, i, r in parts[:room]]
-                res = await self._txn([_cmp_create(k, 0) for k in keys], ops, [_get(k) for k in keys])
+                keys = [self.mirror.topic_key(name) for name, *_ in chunk]
+                (compares, ops), rest = self.mirror.create_topics_item(chunk, live, self.max_txn_ops)
+                res = await self._txn(compares, ops, [_get(k) for k in keys])
                 if not res.succeeded:
                     await self._catch_up(res)
                     raise TopicExists(next((n for (n, *_), k in zip(chunk, keys) if k in res.kvs), chunk[0][0]))
                 created.update((name, res.revision) for name, *_ in chunk)
-                for n, i, _ in parts[room:]:
+                for n, i in rest:
                     pending.setdefault(n, []).append(i)
         except (TopicExists, MetadataUnavailable):
             await self._undo_create(created)
@@ -788,20 +590,14 @@ class EtcdBackend(TopicRegistry):
     async def _undo_create(self, created: dict[str, int]) -> None:
         for name, rev in created.items():
             try:
-                await self._delete_topic_txn(name, rev)
+                await self._txn(*self.mirror.delete_topic_item(name, rev))
             except MetadataUnavailable as exc:
                 log.warning("could not undo the creation of topic %r: %s", name, exc)
-
-    async def _delete_topic_txn(self, name: str, create_rev: int) -> _TxnResult:
-        """The topic key (if still incarnation `create_rev`) and, by a range delete, all its
-        partition states, in one transaction."""
-        key, pre = self._topic_key(name), self._key("partitions", name) + b"/"
-        return await self._txn([_cmp_create(key, create_rev)], [_delete(key), _delete(pre, prefix_range_end(pre))])
 
     async def delete_topic(self, name: str) -> Topic:
         """KeyError if unknown (or deleted meanwhile)."""
         topic = self.topics[name]
-        res = await self._delete_topic_txn(name, self._topic_revs[name][0])
+        res = await self._txn(*self.mirror.delete_topic_item(name, self.mirror.topic_revs[name][0]))
         if not res.succeeded:
             raise KeyError(name)
         await self._seen(res.revision)
@@ -815,13 +611,13 @@ class EtcdBackend(TopicRegistry):
                 if name not in self.topics:
                     raise KeyError(name)
             compares, ops = build()
-            res = await self._txn(compares, ops, [_get(self._topic_key(n)) for n in names])
+            res = await self._txn(compares, ops, [_get(self.mirror.topic_key(n)) for n in names])
             if res.succeeded:
                 if res.changed:
                     await self._seen(res.revision)
                 return
             for name in names:
-                if self._topic_key(name) not in res.kvs:
+                if self.mirror.topic_key(name) not in res.kvs:
                     raise KeyError(name)
             await self._catch_up(res)
         raise Fenced(f"topics {names}: too many concurrent changes")
@@ -831,35 +627,14 @@ class EtcdBackend(TopicRegistry):
         """Grow topics to `counts` partitions; `assignments[name]` lists the new partitions'
         replicas (or all of them). KeyError for an unknown topic, ValueError for a missing
         assignment (both before writing), Fenced if the count changed concurrently."""
-        plans = []
-        for name, count in counts.items():
-            if name not in self.topics:
-                raise KeyError(name)
-            base = len(self._assign[name])
-            if count < base:
-                raise ValueError(f"topic {name!r} has {base} partitions; cannot shrink to {count}")
-            given = (assignments or {}).get(name) or []
-            if count > base:
-                given = given[base:] if len(given) == count else given
-                plans.append((name, base, self._assignment(name, count - base, {name: given})))
+        plans = self.mirror.grow_plans(counts, assignments)
         live = set(self._image.brokers)
         room = self.max_txn_ops - 1
         for name, base, new in plans:
-            key = self._topic_key(name)
-
-            def build(name=name, base=base, new=new, key=key) -> Item:
-                if len(self._assign[name]) != base:
-                    raise Fenced(f"topic {name!r} changed its partition count meanwhile")
-                topic = self.topics[name]
-                ops = [_put(key, self._topic_doc(topic, self._assign[name] + new, topic.configs))]
-                ops += [_put(self._part_key((name, base + i)), _state_doc(initial_state(r, live)))
-                        for i, r in enumerate(new[:room])]
-                return [_cmp_mod(key, self._topic_revs[name][1])], ops
-
-            await self._topic_cas([name], build)
+            await self._topic_cas([name], functools.partial(self.mirror.grow_item, name, base, new, live, room))
             if len(new) > room:
                 rest = list(range(base + room, base + len(new)))
-                await self._seen(await self._create_partition_keys(name, self._topic_revs[name][0], rest, live))
+                await self._seen(await self._create_partition_keys(name, self.mirror.topic_revs[name][0], rest, live))
 
     async def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                           brokers: dict[str, dict[str, str]] | None = None,
@@ -872,18 +647,15 @@ class EtcdBackend(TopicRegistry):
         for name in topics:
             if name not in self.topics:
                 raise KeyError(name)
-        plain = [_put(key, dict(configs)) if configs else _delete(key)
-                 for kind, entries in (("broker_configs", brokers or {}), ("group_configs", groups or {}))
-                 for key, configs in ((self._key(kind, _encode_name(r)), c) for r, c in entries.items())]
+        plain = self.mirror.config_ops(brokers or {}, groups or {})
         names, limit = list(topics), self.max_txn_ops
         while names or plain:
             some, names = names[:limit], names[limit:]
             extra, plain = plain[:limit - len(some)], plain[limit - len(some):]
 
             def build(some=some, extra=extra) -> Item:
-                return ([_cmp_mod(self._topic_key(t), self._topic_revs[t][1]) for t in some],
-                        [_put(self._topic_key(t), self._topic_doc(self.topics[t], self._assign[t], topics[t]))
-                         for t in some] + extra)
+                compares, ops = self.mirror.topic_configs_item({t: topics[t] for t in some})
+                return compares, ops + extra
 
             await self._topic_cas(some, build)
 
@@ -893,7 +665,7 @@ class EtcdBackend(TopicRegistry):
         /latest_producer_id_block), a restart abandons the rest of its block."""
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
-                key = self._key("producer_ids")
+                key = self.mirror.key("producer_ids")
                 for _ in range(20):
                     cur = await self._call("get", lambda c: c.get(key))
                     end = int(json.loads(cur.value)["block_end"]) if cur is not None else 0
@@ -913,15 +685,15 @@ class EtcdBackend(TopicRegistry):
         """KIP-497 AlterPartition: write `new`'s leader, epoch and ISR if the partition is
         still at `expected.partition_epoch`; else Fenced (the mirror then shows the newer
         state). Returns the state as stored, its partition epoch the new revision."""
-        key = self._part_key(tp)
         if expected.partition_epoch <= 0:  # mod_revision 0 would match an absent key
             raise Fenced(f"{tp[0]}-{tp[1]}: no partition epoch to compare with")
-        res = await self._txn([_cmp_mod(key, expected.partition_epoch)], [_put(key, _state_doc(new))], [_get(key)])
+        compares, ops = self.mirror.state_item(tp, expected.partition_epoch, new)
+        res = await self._txn(compares, ops, [_get(self.mirror.part_key(tp))])
         if not res.succeeded:
             await self._catch_up(res)
             raise Fenced(f"{tp[0]}-{tp[1]}: partition epoch {expected.partition_epoch} is stale")
         await self._seen(res.revision)
-        state = self._parts.get(tp)
+        state = self.mirror.parts.get(tp)
         if state is not None and state.partition_epoch == res.revision:
             return state
         return PartitionState(expected.replicas, new.leader, new.leader_epoch, tuple(new.isr), res.revision)

@@ -76,7 +76,7 @@ def _random_uuid() -> uuid.UUID:
 
 class TopicRegistry:
     """Topics by name and by id, and the names they collide with: the read side every
-    metadata backend shares (the file store here, etcd's mirror in etcd_store.py)."""
+    metadata backend shares (the file store here, etcd's mirror in etcd_mirror.py)."""
 
     def __init__(self) -> None:
         self.topics: dict[str, Topic] = {}
