@@ -173,6 +173,30 @@ def create_topic(bootstrap: str, topic: str, partitions: int, rf: int, configs: 
     raise RuntimeError(f"topic {topic}: no leader/full ISR within {timeout:.0f}s ({last})")
 
 
+def start_cluster(work: Path, overrides: list[str], notes: list[str], attempts: int = 3) -> LocalCluster:
+    """A started LocalCluster (etcd + 3 brokers on free ports). LocalCluster picks a free port,
+    closes it and lets the broker bind it: on a shared machine another process can take it
+    in between ("address already in use"). Such a failed start is stopped and retried with
+    new ports (at most `attempts` times), and noted."""
+    for attempt in range(1, attempts + 1):
+        cluster = LocalCluster(work / f"cluster-{attempt}", brokers=3, racks=RACKS, port=0, overrides=overrides,
+                               log_level="WARNING")
+        try:
+            return cluster.start()
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            cluster.stop()
+            last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            notes.append(f"cluster start {attempt}/{attempts} failed: {last}")
+            print(f"    cluster start {attempt}/{attempts} failed ({last[:200]}); "
+                  f"{'retrying with new ports' if attempt < attempts else 'giving up'}", flush=True)
+            if attempt == attempts:
+                raise
+        except BaseException:
+            cluster.stop()
+            raise
+    raise AssertionError("unreachable")
+
+
 # --------------------------------------------------------------------------
 # Section 1: throughput
 # --------------------------------------------------------------------------
@@ -204,6 +228,7 @@ class Servers:
         self.kind, self.work, self.args = kind, work, args
         self.single: BrokerProcess | None = None
         self.cluster: LocalCluster | None = None
+        self.notes: list[str] = []
 
     def start(self) -> Servers:
         if self.kind == "single":
@@ -211,13 +236,7 @@ class Servers:
                                         cli_args=("--log-level", "WARNING"))
             self.single.start()
         else:
-            self.cluster = LocalCluster(self.work / "cluster", brokers=3, racks=RACKS, port=0,
-                                        overrides=["offsets.topic.num.partitions=3"], log_level="WARNING")
-            try:
-                self.cluster.start()
-            except BaseException:
-                self.cluster.stop()
-                raise
+            self.cluster = start_cluster(self.work, ["offsets.topic.num.partitions=3"], self.notes)
         return self
 
     @property
@@ -534,13 +553,13 @@ def failover_trial(args: argparse.Namespace, ttl_ms: int, rnd: random.Random, va
 
     res: dict[str, Any] = {"ttl_ms": ttl_ms, "variant": variant, "status": "failed"}
     work = Path(tempfile.mkdtemp(prefix=f"bench-failover-{ttl_ms}-", dir=args.work_dir))
-    cluster = LocalCluster(work / "cluster", brokers=3, racks=RACKS, port=0,
-                           overrides=[f"broker.session.timeout.ms={ttl_ms}", "offsets.topic.num.partitions=3"],
-                           log_level="WARNING")
+    cluster: LocalCluster | None = None
     watch: EtcdWatch | None = None
     producer = None
+    res["notes"] = []
     try:
-        cluster.start()
+        cluster = start_cluster(work, [f"broker.session.timeout.ms={ttl_ms}", "offsets.topic.num.partitions=3"],
+                                res["notes"])
         watch = EtcdWatch(*cluster.etcd.endpoint).start()
         topic = f"failover-{uuid.uuid4().hex[:6]}"
         create_topic(cluster.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
@@ -687,7 +706,8 @@ def failover_trial(args: argparse.Namespace, ttl_ms: int, rnd: random.Random, va
             del producer
         if watch is not None:
             watch.stop()
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -772,7 +792,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: tiny record counts, one repeat, one TTL (2000), one trial (unless given)")
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
-    ap.add_argument("--records", default="1000000,250000", help="records per run: one number or one per size")
+    ap.add_argument("--records", default="3000000,750000", help="records per run: one number or one per size")
     ap.add_argument("--producers", type=int, default=2, help="throughput: producer processes")
     ap.add_argument("--partitions", type=int, default=6, help="throughput: partitions of each topic")
     ap.add_argument("--repeat", type=int, default=3, help="throughput: runs per configuration (fresh servers)")

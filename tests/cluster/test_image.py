@@ -37,3 +37,13 @@ def test_isr_only_change_is_reported_to_the_leader():
 def test_deleted_and_reassigned_partitions_stop():
     ch = local_changes(img(a=st(1), b=st(2)), img(b=st(2, replicas=(2, 3), isr=(2, 3))), 1)
     assert ch.deletes == {("a", 0), ("b", 0)}
+
+
+def test_a_delta_limits_the_comparison_to_the_changed_topics():
+    old = img(a=st(1))
+    new = ClusterImage.of("c", [], 1, 1, {("a", 0): st(2, 1), ("b", 0): st(1)}, changed=["b"])
+    ch = local_changes(old, new, 1)
+    # Only b was named as changed: a's difference is not looked at (the backend vouches for it).
+    assert set(ch.leaders) == {("b", 0)} and not ch.followers
+    gone = ClusterImage.of("c", [], 1, 1, {}, changed=["a"])
+    assert local_changes(old, gone, 1).deletes == {("a", 0)}

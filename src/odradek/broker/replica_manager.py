@@ -151,7 +151,7 @@ class ReplicaManager:
         if old is None:
             before = ClusterImage()
         self.image = new
-        self._sync_topics()
+        self._sync_topics(None if old is None else new.changed)
         changes = local_changes(before, new, self.node_id)
         now = self.broker.clock()
         for tp in changes.deletes:
@@ -164,15 +164,20 @@ class ReplicaManager:
             live = set(new.brokers)
             for tp, leader in self.leaders.items():
                 self._apply(tp, leader.brokers_changed(live, now))
-        if before.partitions.keys() != new.partitions.keys():
+        if new.changed if new.changed is not None and old is not None else (
+                before.partitions.keys() != new.partitions.keys()):
             # KIP-848 "Group Epoch": partition metadata changes bump subscribed groups' epochs.
             self.broker._topics_changed()
 
-    def _sync_topics(self) -> None:
-        """Tell the log manager of topics created, grown or deleted (by any broker)."""
+    def _sync_topics(self, names=None) -> None:
+        """Tell the log manager of topics created, grown or deleted (by any broker);
+        `names`: the topics that may have changed (None: any)."""
         logs, purgatory = self.broker.logs, self.broker.purgatory
         current = self.broker.metadata.topics
-        for name, (topic_id, _, _) in list(self._counts.items()):
+        if names is not None:
+            current = {n: current[n] for n in names if n in current}
+        for name in list(self._counts) if names is None else [n for n in names if n in self._counts]:
+            topic_id = self._counts[name][0]
             topic = current.get(name)
             if topic is None or topic.topic_id != topic_id:
                 gone = logs.topics.get(name)

@@ -92,7 +92,10 @@ class FileBackend:
         self.node_id = node_id
         self._me: BrokerInfo | None = None
         self._listeners: list[Listener] = []
-        self._image = self._build()
+        self._parts: dict[TopicPartition, PartitionState] = {}
+        for topic in self.store.topics.values():
+            self._place(topic.name, 0)
+        self._image = self._build(None)
 
     # MetadataStore changes these dicts in place only, so these are live views.
     @property
@@ -133,16 +136,29 @@ class FileBackend:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def _build(self) -> ClusterImage:
+    def _place(self, name: str, first: int) -> None:
+        """Partitions `first..` of topic `name` as they exist in the store now (or none)."""
         n = self.node_id
         me = (n,)
-        parts = {(t.name, p): PartitionState(me, n, 0, me, 0) for t in self.store.topics.values()
-                 for p in range(t.partitions)}
-        brokers = [self._me] if self._me is not None else []
-        return ClusterImage.of(self.store.cluster_id, brokers, n if self._me else -1, 1 if self._me else 0, parts)
+        topic = self.store.topics.get(name)
+        count = topic.partitions if topic is not None else 0
+        p = first
+        while (name, p) in self._parts and p >= count:
+            del self._parts[(name, p)]
+            p += 1
+        for p in range(first, count):
+            self._parts.setdefault((name, p), PartitionState(me, n, 0, me, 0))
 
-    def _publish(self) -> None:
-        old, self._image = self._image, self._build()
+    def _build(self, changed: list[str] | None) -> ClusterImage:
+        brokers = [self._me] if self._me is not None else []
+        n = self.node_id
+        return ClusterImage.of(self.store.cluster_id, brokers, n if self._me else -1, 1 if self._me else 0,
+                               self._parts, changed)
+
+    def _publish(self, changed: list[str] | None = None) -> None:
+        for name in changed or ():
+            self._place(name, 0)
+        old, self._image = self._image, self._build(changed)
         for listener in list(self._listeners):
             listener(old, self._image)
 
@@ -156,18 +172,18 @@ class FileBackend:
     async def create_topics(self, specs: list[TopicSpec],
                             assignments: dict[str, list[tuple[int, ...]]] | None = None) -> list[Topic]:
         topics = self.store.create_many(specs)
-        self._publish()
+        self._publish([t.name for t in topics])
         return topics
 
     async def delete_topic(self, name: str) -> Topic:
         topic = self.store.delete(name)
-        self._publish()
+        self._publish([name])
         return topic
 
     async def add_partitions(self, counts: dict[str, int],
                              assignments: dict[str, list[tuple[int, ...]]] | None = None) -> None:
         self.store.set_partitions_many(counts)
-        self._publish()
+        self._publish(list(counts))
 
     async def set_configs(self, topics=None, brokers=None, groups=None) -> None:
         self.store.set_configs(topics=topics, brokers=brokers, groups=groups)

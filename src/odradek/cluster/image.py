@@ -64,12 +64,16 @@ class ClusterImage:
     # (topic, partition) -> state; topics themselves (ids, counts, configs) are the
     # backend's `topics` registry, which the broker already reads.
     partitions: Mapping[TopicPartition, PartitionState] = field(default_factory=lambda: _frozen({}))
+    # The topics whose partitions may differ from the previous image, when the backend knows
+    # (Kafka publishes deltas); None means any may have, and readers compare everything.
+    # It keeps reacting to one new topic proportional to that topic, not to all of them.
+    changed: frozenset[str] | None = None
 
     @staticmethod
     def of(cluster_id: str, brokers: Iterable[BrokerInfo], controller: int, controller_epoch: int,
-           partitions: Mapping[TopicPartition, PartitionState]) -> ClusterImage:
+           partitions: Mapping[TopicPartition, PartitionState], changed: Iterable[str] | None = None) -> ClusterImage:
         return ClusterImage(cluster_id, _frozen({b.node_id: b for b in brokers}), controller, controller_epoch,
-                            _frozen(partitions))
+                            _frozen(partitions), None if changed is None else frozenset(changed))
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         return self.partitions.get((topic, index))
@@ -101,9 +105,9 @@ def local_changes(old: ClusterImage, new: ClusterImage, node_id: int) -> LocalCh
     leaders: dict[TopicPartition, PartitionState] = {}
     followers: dict[TopicPartition, PartitionState] = {}
     deletes: set[TopicPartition] = set()
-    for tp, state in new.partitions.items():
+    for tp, state in _candidates(new.partitions, new.changed):
         before = old.partitions.get(tp)
-        if before == state:
+        if before is state or before == state:
             continue
         if node_id not in state.replicas:
             if before is not None and node_id in before.replicas:
@@ -113,10 +117,22 @@ def local_changes(old: ClusterImage, new: ClusterImage, node_id: int) -> LocalCh
             leaders[tp] = state
         else:
             followers[tp] = state
-    for tp, before in old.partitions.items():
+    for tp, before in _candidates(old.partitions, new.changed):
         if tp not in new.partitions and node_id in before.replicas:
             deletes.add(tp)
     return LocalChanges(leaders, followers, frozenset(deletes))
+
+
+def _candidates(partitions: Mapping[TopicPartition, PartitionState], topics: frozenset[str] | None):
+    """The partitions of `topics` (all of them when None)."""
+    if topics is None:
+        yield from partitions.items()
+        return
+    for topic in topics:
+        p = 0
+        while (state := partitions.get((topic, p))) is not None:
+            yield (topic, p), state
+            p += 1
 
 
 def live_brokers_changed(old: ClusterImage, new: ClusterImage) -> bool:
