@@ -118,6 +118,23 @@ def test_three_brokers_place_replicas_across_racks_and_replicate(cluster):
     got = _consume_all(cluster, "t3", 3, 300)
     for p in range(3):
         assert [o for o, _ in got[p]] == list(range(100))
+    # A KIP-848 group: its coordinator is the leader of its __consumer_offsets partition,
+    # whichever broker that is; commits land there and are read back.
+    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": "g3", "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    cons = Consumer(conf)
+    cons.subscribe(["t3"])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 300 and time.monotonic() < deadline:
+        m = cons.poll(0.5)
+        if m is not None and not m.error():
+            seen += 1
+    assert seen == 300
+    cons.commit(asynchronous=False)
+    committed = cons.committed([TopicPartition("t3", p) for p in range(3)], timeout=30)
+    assert [tp.offset for tp in committed] == [100, 100, 100]
+    cons.close()
 
 
 def test_acks_all_survives_kill_9_of_the_leader(cluster):
