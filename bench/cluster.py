@@ -45,7 +45,7 @@ This is a benchmark script, not a test. Two sections (``--sections``):
                   leader, the new leader taking over, the follower catching up for the
                   acks=all high watermark).
 
-                The same trials then run with each ``--client-variant`` of the producer
+                Interleaved with them, the same trials run with each ``--client-variant`` of the producer
                 settings (default: ``topic.metadata.refresh.interval.ms=250``) at the
                 session timeouts in ``--variant-ttls``, to show the client's share.
                 ``--client-debug metadata,topic`` (with ``--keep``) writes librdkafka's
@@ -56,13 +56,15 @@ This is a benchmark script, not a test. Two sections (``--sections``):
 
                 The issue's goal: under 3 s.
 
-Every phase is bounded in time (``--phase-timeout``, ``--failover-timeout``) and records
-(``--records``); all traffic stays on 127.0.0.1; brokers and etcd are stopped in
+A cluster start that fails (on a shared machine another process can take the free port
+LocalCluster picked before the broker binds it) is retried with new ports, at most 3 times,
+and noted. Every phase is bounded in time (``--phase-timeout``, ``--failover-timeout``) and
+records (``--records``); all traffic stays on 127.0.0.1; brokers and etcd are stopped in
 ``finally`` blocks (SIGTERM to this script stops them too). The machine line printed first
 says what shares the cores: etcd, the brokers and the producer processes all run on the
 same machine (2 cores where the figures in BENCHMARKS.md were taken).
 
-Run:  .venv/bin/python bench/cluster.py                 # both sections, about 10 minutes
+Run:  .venv/bin/python bench/cluster.py                 # both sections, about 6 minutes on 2 cores
       .venv/bin/python bench/cluster.py --quick         # tiny counts, one TTL, one repeat
 See ``--help``.
 """
