@@ -60,7 +60,7 @@ Replication (Kafka's UnifiedLog and LocalLog; see also epochs.py):
   watermark is the log end, as before.
 - The epoch cache's file (`leader-epoch-checkpoint`) is written only while the log is
   replicated. A single replica keeps the cache in memory: it is what opening the log
-  derives from the batches' stamped epochs anyway (see `_reconcile_epochs`), and the
+  derives from the batches' stamped epochs anyway (see epoch_reconcile.py), and the
   write and fsync would otherwise land in the first produce to every partition.
   Setting `replicated` writes the file as the cache stands.
 
@@ -80,16 +80,19 @@ import dataclasses
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..records.batch import BatchError, BatchHeader, crc_of, patch_base_offset, set_log_append_time
-from .epochs import UNDEFINED_EPOCH, LeaderEpochCache
+from .epoch_reconcile import EpochReconciliation
+from .epochs import LeaderEpochCache
 from .errors import CorruptBatch, SegmentDamaged, StorageError, storage_error
 from .files import FileCache
 from .producer_state import Duplicate, ProducerState
 from .segment import MAX_RELATIVE_OFFSET, RecoveryResult, Segment
+from .truncation import Truncation
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +151,7 @@ def _segment_offsets(directory: Path) -> list[int]:
     return sorted(out)
 
 
-class PartitionLog:
+class PartitionLog(EpochReconciliation, Truncation):
     def __init__(self, directory: Path, config: dict[str, Any], now_ms: int, clean_shutdown: bool = True,
                  recovery_point: int | None = None, files: FileCache | None = None, log_start_offset: int = 0,
                  high_watermark: int | None = None) -> None:
@@ -251,86 +254,6 @@ class PartitionLog:
         for seg in self.segments:
             seg.delete()
         self.segments.clear()
-
-    def _reconcile_epochs(self) -> None:
-        """Kafka's LogLoader: the cache may be ahead of the log (an epoch assigned before
-        a write that never landed, a tail cut by recovery) or hold epochs below the start
-        (retention since the file was written). Then check it against the stamped epochs
-        of the first and last batch, and rebuild it from the log if they disagree."""
-        self.epochs.truncate_from_end(self.log_end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        ends = self._end_batches()
-        if ends is None:
-            return
-        start = self.log_start_offset
-        first, last = ends
-        ok = True
-        for offset, h in ((max(first.base_offset, start), first), (last.base_offset, last)):
-            if h.partition_leader_epoch >= 0 and self.epochs.epoch_for_offset(offset) != h.partition_leader_epoch:
-                ok = False
-        if last.partition_leader_epoch >= 0 and self.epochs.latest_epoch() != last.partition_leader_epoch:
-            ok = False
-        if not ok:
-            self._rebuild_epochs(first, last)
-
-    def _end_batches(self) -> tuple[BatchHeader, BatchHeader] | None:
-        """(the batch holding the log start, the last batch), or None when the log holds
-        no batch at or past its start or a header on the way does not parse (reads
-        report that; the cache is then left as loaded)."""
-        start = self.log_start_offset
-        try:
-            first = None
-            for seg in self.segments[self._segment_index(start):]:
-                first = seg.find(start)
-                if first is not None:
-                    break
-            if first is None:
-                return None
-            last = None
-            for seg in reversed(self.segments):
-                if seg.size:
-                    last = seg.find(seg.next_offset - 1)
-                    break
-        except CorruptBatch:
-            return None
-        return (first, last) if last is not None else None
-
-    def _rebuild_epochs(self, first: BatchHeader, last: BatchHeader) -> None:
-        """The cache from the batches' stamped epochs (Kafka instead re-reads only the
-        segments it recovers). Epochs never decrease along a log, so a log whose first
-        and last batch share an epoch (every single-replica log) holds that one only;
-        otherwise a segment whose first batch has the epoch of the next segment's first
-        batch (or, for the last, of its own last batch) holds that epoch only, and only
-        the segments where the epoch changes are read through."""
-        start = self.log_start_offset
-        # No file is the rule for a single replica (module docstring): nothing to report.
-        level = logging.WARNING if len(self.epochs) else logging.DEBUG
-        log.log(level, "%s: the leader epoch cache %s does not match the log: rebuilding it from the batches",
-                self.directory.name, self.epochs.entries())
-        self.epochs.clear()
-        if first.partition_leader_epoch == last.partition_leader_epoch:
-            self.epochs.assign(first.partition_leader_epoch, max(first.base_offset, start))
-            return
-        segments = [s for s in self.segments if s.size and s.next_offset > start]
-        firsts = [s.batch_at(0) for s in segments]
-        for i, (seg, head) in enumerate(zip(segments, firsts)):
-            if head is None:
-                continue
-            if i + 1 < len(segments) and firsts[i + 1] is not None:
-                following = firsts[i + 1].partition_leader_epoch
-            else:
-                try:
-                    end = seg.find(seg.next_offset - 1)
-                except CorruptBatch:
-                    end = None  # read the segment through: its headers stop at the damage
-                following = end.partition_leader_epoch if end is not None else UNDEFINED_EPOCH
-            if head.partition_leader_epoch == following:  # one epoch, with data at or past the start
-                self.epochs.assign(head.partition_leader_epoch, max(head.base_offset, start))
-                continue
-            for h in seg.headers():
-                if h.last_offset >= start:
-                    self.epochs.assign(h.partition_leader_epoch, max(h.base_offset, start))
-        log.log(level, "%s: leader epoch cache rebuilt: %s", self.directory.name, self.epochs.entries())
 
     @staticmethod
     def _load_or_recover(seg: Segment, recovery_point: int) -> RecoveryResult | None:
@@ -445,7 +368,7 @@ class PartitionLog:
         # base (here: whatever segment is first), DeleteRecords moves it anywhere up to the
         # high watermark; it never goes back.
         first = self.segments[0].base_offset
-        return first if first > self._log_start else self._log_start
+        return max(self._log_start, first)
 
     def increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords); True if it moved.
@@ -652,126 +575,6 @@ class PartitionLog:
         # Everything below the oldest segment still unflushed (or the active one) is on disk.
         first_unflushed = min((s.base_offset for s in self.rolled_unflushed), default=self.active.base_offset)
         self.recovery_point = max(self.recovery_point, first_unflushed)
-
-    # --- truncation (replication) ----------------------------------------------------
-
-    def truncate_to(self, offset: int) -> bool:
-        """Remove every record at or past `offset` (Kafka's UnifiedLog.truncateTo); True if
-        the log was cut, False when `offset` is at or past the log end.
-
-        Later segments are deleted, the one holding `offset` is cut at the batch holding
-        it. Replication truncates at epoch boundaries, which are batch boundaries; an
-        offset inside a batch takes the whole batch (the log then ends below `offset`)
-        and is logged. Below the first segment the log restarts empty at `offset`
-        (truncate_fully_and_start_at), as Kafka does. The epoch cache, producer state,
-        recovery point, high watermark and log start come down with the log end. Raises
-        StorageError when a file cannot be cut or deleted: the log is then what is left,
-        still whole and usable, with everything above brought down to it.
-        """
-        if offset < 0:
-            raise ValueError(f"cannot truncate {self.directory.name} to a negative offset ({offset})")
-        leo = self.log_end_offset
-        if offset >= leo:
-            # Kafka truncates the cache even so: a leader may have assigned its epoch at the
-            # log end and lost leadership before appending anything.
-            self.epochs.truncate_from_end(leo)
-            return False
-        if offset < self.segments[0].base_offset:
-            self.truncate_fully_and_start_at(offset)
-            return True
-        log.info("%s: truncating to offset %d (log end %d)", self.directory.name, offset, leo)
-        i = self._segment_index(offset)
-        try:
-            self._remove_segments_after(i)
-            dropped = self.segments[i].truncate_to(offset)
-        finally:
-            self._after_truncation()
-        if dropped is not None and dropped.base_offset < offset:
-            log.warning("%s: truncation offset %d is inside the batch %d..%d: the whole batch was removed, the log "
-                        "now ends at %d", self.directory.name, offset, dropped.base_offset, dropped.last_offset,
-                        self.log_end_offset)
-        return True
-
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
-        """Delete every record; the log restarts empty at `offset`, which becomes its log
-        start and high watermark (Kafka's UnifiedLog.truncateFullyAndStartAt: a follower
-        whose fetch offset is out of range on the leader). The epoch cache and producer
-        state are emptied. `now_ms` is the new segment's creation time (default: the old
-        first segment's). Raises StorageError as truncate_to does."""
-        if offset < 0:
-            raise ValueError(f"cannot restart {self.directory.name} at a negative offset ({offset})")
-        log.info("%s: truncating fully (log %d..%d) and starting at offset %d", self.directory.name,
-                 self.log_start_offset, self.log_end_offset, offset)
-        try:
-            self._remove_segments_after(0)
-            first = self.segments[0]
-            first.truncate_to(first.base_offset)
-            if first.base_offset != offset:
-                created = first.created_ms if now_ms is None else now_ms
-                self.segments.append(Segment(self.directory, offset, self.index_interval, created, self.files))
-                self._remove_segment(0)
-            elif now_ms is not None:
-                first.created_ms = now_ms
-        except BaseException:
-            self._after_truncation()
-            raise
-        self._bases = [offset]
-        self.rolled_unflushed.clear()
-        self._log_start = offset
-        self.recovery_point = offset
-        self._hw = offset
-        self._unflushed_messages = 0
-        self.cleaner_state = None
-        self.producers = ProducerState()
-        self._forget_epoch_file()
-        self.epochs.clear()  # Kafka's clearAndFlush
-
-    def _remove_segments_after(self, i: int) -> None:
-        """Delete the segments after index `i`, last first, so the log is whole if one fails."""
-        while len(self.segments) > i + 1:
-            self._remove_segment(len(self.segments) - 1)
-
-    def _remove_segment(self, i: int) -> None:
-        seg = self.segments.pop(i)
-        try:
-            seg.delete()
-        except OSError as exc:
-            raise storage_error(f"cannot delete {seg.path}", exc) from exc
-
-    def _after_truncation(self) -> None:
-        """Bring everything that refers to offsets down to the log end after a cut."""
-        self._bases = [s.base_offset for s in self.segments]
-        active = self.active
-        self.rolled_unflushed = [s for s in self.rolled_unflushed if s is not active and s in self.segments]
-        leo = active.next_offset
-        self.recovery_point = min(self.recovery_point, leo)
-        self._log_start = min(self._log_start, leo)  # Kafka: logStartOffset = min(target, logStartOffset)
-        self._hw = min(self._hw, leo) if self._replicated else leo
-        if isinstance(self.cleaner_state, int) and self.cleaner_state > leo:
-            self.cleaner_state = active.base_offset  # the compactor's next pass starts no later
-        # Producer state (Kafka's truncateAndReload, without its snapshots): forget what was
-        # cut; a producer with nothing left is looked for in the active segment, as when
-        # the log is opened (producer_state.py).
-        emptied = self.producers.truncate(leo)
-        if emptied:
-            for h in active.headers():
-                if h.producer_id in emptied:
-                    self.producers.update(h)
-        self._forget_epoch_file()
-        self.epochs.truncate_from_end(leo)
-
-    def _forget_epoch_file(self) -> None:
-        """A cache kept in memory (not replicated) may now differ from its file in the
-        middle, where opening could not tell: remove the file, opening then rebuilds the
-        cache from the log."""
-        if self._replicated or self._epoch_file is None:
-            return
-        self._epochs_on_disk = None
-        try:
-            self._epoch_file.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("%s: cannot remove %s (%s); the log is checked against it when opened",
-                        self.directory.name, self._epoch_file, exc)
 
     # --- read ----------------------------------------------------------------------
 
