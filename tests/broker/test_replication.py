@@ -169,3 +169,38 @@ def test_not_enough_replicas_before_the_append(tmp_path, etcd):
             await servers[0].stop()
 
     _run(body())
+
+
+def test_a_v15_follower_fetch_names_itself_in_replica_state_and_min_isr_changes_apply(tmp_path, etcd):
+    async def body():
+        servers = await _brokers(tmp_path, etcd, n=3)
+        b1 = servers[0].broker
+        try:
+            await b1.create_topics_async([("v", 1, {"min.insync.replicas": "3"})], {"v": [(1, 2, 3)]})
+            await _until(lambda: all(("v", 0) in s.broker.replicas.following for s in servers[1:]))
+            await _call(b1, 0, 9, _produce_body("v", [b"a", b"b"], acks=1))
+            await _until(lambda: b1.logs.get("v", 0).high_watermark == 2)
+            # Broker 3 leaves (its own fetcher stops); then a Fetch v15 naming replica 3 in
+            # ReplicaState (KIP-903) is the only thing that can move its log end on the leader.
+            await servers[2].stop()
+            await _until(lambda: b1.replicas.image.partition("v", 0).isr == (1, 2), timeout=15)
+            assert b1.replicas.leaders[("v", 0)].followers[3].log_end_offset != 1
+            body = _fetch_body("v", 1, epoch=0)
+            del body["replica_id"]
+            body["replica_state"] = {"replica_id": 3, "replica_epoch": -1}
+            body["topics"][0]["topic_id"] = b1.metadata.get("v").topic_id
+            await _call(b1, 1, 15, body)
+            assert b1.replicas.leaders[("v", 0)].followers[3].log_end_offset == 1
+            # min.insync.replicas lowered by IncrementalAlterConfigs: the leader applies it at once.
+            refused = await _call(b1, 0, 9, _produce_body("v", [b"c"]))
+            assert refused.responses[0].partition_responses[0].error_code == 19
+            await _call(b1, 44, 1, {"validate_only": False, "resources": [{"resource_type": 2, "resource_name": "v",
+                        "configs": [{"name": "min.insync.replicas", "config_operation": 0, "value": "2"}]}]})
+            assert b1.replicas.leaders[("v", 0)].min_isr == 2
+            ok = await _call(b1, 0, 9, _produce_body("v", [b"c"]))
+            assert ok.responses[0].partition_responses[0].error_code == 0
+        finally:
+            for s in servers[:2]:
+                await s.stop()
+
+    _run(body())

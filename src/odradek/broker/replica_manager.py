@@ -194,11 +194,21 @@ class ReplicaManager:
                 logs.create(topic, first_partition=known[1])
             elif known[2] != configs:
                 # AlterConfigs on any broker: every broker's open logs follow (Kafka's
-                # DynamicConfigPublisher applies topic config changes from the metadata log).
-                logs.reconfigure(topic, self.broker.topic_config(topic))
+                # DynamicConfigPublisher applies topic config changes from the metadata log),
+                # and so does min.insync.replicas for the partitions led here.
+                config = self.broker.topic_config(topic)
+                logs.reconfigure(topic, config)
+                self._min_isr_changed(name, int(config["min.insync.replicas"]))
             else:
                 continue
             self._counts[name] = (topic.topic_id, topic.partitions, configs)
+
+    def _min_isr_changed(self, topic: str, min_isr: int) -> None:
+        now = self.broker.clock()
+        for tp, leader in list(self.leaders.items()):
+            if tp[0] == topic and leader.min_isr != min_isr:
+                leader.min_isr = min_isr
+                self._apply(tp, leader.appended(leader.log_end_offset, now))  # the HW rule depends on it
 
     def _log(self, tp: TopicPartition) -> PartitionLog | None:
         try:
