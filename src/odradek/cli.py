@@ -61,9 +61,14 @@ def _broker(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:
         pass
+    from .cluster.backend import MetadataUnavailable
+
     broker = Broker(config)
     try:
         asyncio.run(run_broker(broker))
+    except MetadataUnavailable as exc:
+        print(f"odradek: cannot join the cluster: {exc}", file=sys.stderr)
+        return 1
     finally:
         broker.close()
     return 0

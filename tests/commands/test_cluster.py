@@ -42,3 +42,11 @@ def test_cluster_up_prints_a_working_bootstrap_and_stops_everything_on_ctrl_c(tm
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_broker_that_cannot_reach_etcd_says_so_and_exits(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "odradek", "broker", "--node-id", "1", "--data-dir", str(tmp_path),
+                          "--listen", "127.0.0.1:0", "--metadata", "etcd://127.0.0.1:1"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "cannot join the cluster" in run.stderr and "Traceback" not in run.stderr
