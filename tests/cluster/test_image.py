@@ -47,3 +47,14 @@ def test_a_delta_limits_the_comparison_to_the_changed_topics():
     assert set(ch.leaders) == {("b", 0)} and not ch.followers
     gone = ClusterImage.of("c", [], 1, 1, {}, changed=["a"])
     assert local_changes(old, gone, 1).deletes == {("a", 0)}
+
+
+def test_only_partition_count_changes_reach_the_group_coordinator():
+    from odradek.cluster.image import partitions_added_or_removed
+
+    old = img(a=st(1))
+    isr_only = ClusterImage.of("c", [], 1, 1, {("a", 0): st(1, isr=(1, 2))}, changed=["a"])
+    assert not partitions_added_or_removed(old, isr_only)
+    grown = ClusterImage.of("c", [], 1, 1, {("a", 0): st(1), ("a", 1): st(1)}, changed=["a"])
+    assert partitions_added_or_removed(old, grown)
+    assert partitions_added_or_removed(old, ClusterImage.of("c", [], 1, 1, {}, changed=None))

@@ -236,6 +236,7 @@ def test_a_paused_leader_is_fenced_and_truncates_what_it_wrote_alone(cluster):
         code = exc
     finally:
         loop.loop.call_soon_threadsafe(conn.close)
+        loop.run(asyncio.sleep(0.1))  # let the connection's reader task finish
         loop.close()
     print("the zombie answered", code)
     # The zombie never acknowledges an acks=all write it took after it was fenced.

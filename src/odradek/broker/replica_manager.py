@@ -32,13 +32,22 @@ waiting for the high watermark before answering).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..cluster.backend import Fenced, MetadataUnavailable
-from ..cluster.image import NO_LEADER, BrokerInfo, ClusterImage, PartitionState, TopicPartition, local_changes
+from ..cluster.image import (
+    NO_LEADER,
+    BrokerInfo,
+    ClusterImage,
+    PartitionState,
+    TopicPartition,
+    local_changes,
+    partitions_added_or_removed,
+)
 from ..cluster.names import CONSUMER_OFFSETS
 from ..cluster.placement import PlacementError, assign_replicas
 from ..protocol.errors import (
@@ -147,11 +156,12 @@ class ReplicaManager:
         if self._stopped or not self.broker.started:
             self.image = new
             return
-        before = self.image if old is None else old
-        if old is None:
-            before = ClusterImage()
         self.image = new
-        self._sync_topics(None if old is None else new.changed)
+        if old is None:  # the first image: everything in it is new, whatever delta it carries
+            before, new = ClusterImage(), dataclasses.replace(new, changed=None)
+        else:
+            before = old
+        self._sync_topics(new.changed)
         changes = local_changes(before, new, self.node_id)
         now = self.broker.clock()
         for tp in changes.deletes:
@@ -164,8 +174,7 @@ class ReplicaManager:
             live = set(new.brokers)
             for tp, leader in self.leaders.items():
                 self._apply(tp, leader.brokers_changed(live, now))
-        if new.changed if new.changed is not None and old is not None else (
-                before.partitions.keys() != new.partitions.keys()):
+        if partitions_added_or_removed(before, new):
             # KIP-848 "Group Epoch": partition metadata changes bump subscribed groups' epochs.
             self.broker._topics_changed()
 

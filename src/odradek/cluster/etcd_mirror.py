@@ -169,6 +169,9 @@ class EtcdMirror(TopicRegistry):
         self.parts: dict[TopicPartition, PartitionState] = {}
         self.producer_block_end = 0
         self.dirty = False  # the image changed since image() last built it
+        # Topics whose partitions may have changed since image() last built it (None: any,
+        # after a full load): images carry it so brokers compare only those (Kafka's deltas).
+        self.changed: set[str] | None = None
 
     # --- keys -------------------------------------------------------------------------------
 
@@ -211,6 +214,7 @@ class EtcdMirror(TopicRegistry):
         for kv in kvs:
             controller |= self.apply(True, kv.key, kv)
         self.dirty = True
+        self.changed = None
         return controller
 
     def apply_events(self, events: Iterable[Any]) -> bool:
@@ -290,13 +294,18 @@ class EtcdMirror(TopicRegistry):
                 topic.partitions = len(assignment)
                 if topic.configs != configs:
                     topic.configs = configs
+                    self.dirty = True  # brokers reconfigure their logs from the new image
             self.assign[name] = assignment
             self.topic_revs[name] = (kv.create_revision, kv.mod_revision)
+        if self.changed is not None:
+            self.changed.add(name)
         for index in range(max(old_count, len(self.assign.get(name, ())))):
             self._set_part((name, index))
 
     def _set_part(self, tp: TopicPartition) -> None:
         """A partition is in the image when both its topic and its state key exist."""
+        if self.changed is not None:
+            self.changed.add(tp[0])
         raw = self.raw_states.get(tp)
         assignment = self.assign.get(tp[0])
         if raw is not None and assignment is not None and tp[1] < len(assignment):
@@ -308,8 +317,9 @@ class EtcdMirror(TopicRegistry):
     def image(self) -> ClusterImage:
         """A new ClusterImage of the mirror as it is now; clears `dirty`."""
         self.dirty = False
+        changed, self.changed = self.changed, set()
         node, epoch, _ = self.controller
-        return ClusterImage.of(self.cluster_id, self.brokers.values(), node, epoch, self.parts)
+        return ClusterImage.of(self.cluster_id, self.brokers.values(), node, epoch, self.parts, changed)
 
     # --- encoding: writes, as transaction operations ---------------------------------------------
     # Compare-and-set items compare with the revisions the mirror holds now.

@@ -135,5 +135,14 @@ def _candidates(partitions: Mapping[TopicPartition, PartitionState], topics: fro
             p += 1
 
 
-def live_brokers_changed(old: ClusterImage, new: ClusterImage) -> bool:
-    return dict(old.brokers) != dict(new.brokers)
+def partitions_added_or_removed(old: ClusterImage, new: ClusterImage) -> bool:
+    """Whether any topic gained or lost partitions (or appeared, or went) between the two:
+    what the group coordinator must hear of (KIP-848 "Group Epoch"); ISR and leader
+    changes are not."""
+    if new.changed is None:
+        return old.partitions.keys() != new.partitions.keys()
+    for topic in new.changed:
+        if sum(1 for _ in _candidates(old.partitions, frozenset([topic]))) != \
+                sum(1 for _ in _candidates(new.partitions, frozenset([topic]))):
+            return True
+    return False
