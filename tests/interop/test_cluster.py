@@ -148,9 +148,27 @@ def test_acks_all_survives_kill_9_of_the_leader(cluster):
     def report(err, msg):
         (failed.append(err) if err is not None else acked.append((msg.offset(), msg.value())))
 
+    # A consumer reads all along, through the kill: it must carry on at the new leader.
+    streamed: list[tuple[int, bytes]] = []
+    stop_reading = threading.Event()
+
+    def read():
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "kill-reader", "enable.auto.commit": False,
+                      "topic.metadata.refresh.interval.ms": 1000})
+        try:
+            c.assign([TopicPartition("kill", 0, 0)])
+            while not stop_reading.is_set() and len(streamed) < 2000:
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    streamed.append((m.offset(), m.value()))
+        finally:
+            c.close()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     for i in range(1000):
         prod.produce("kill", value=b"v%06d" % i, on_delivery=report)
-    _wait(lambda: prod.poll(0.05) >= 0 and len(acked) >= 300, what="first acknowledgements")
+    _wait(lambda: prod.poll(0.05) >= 0 and len(acked) >= 300 and streamed, what="first acknowledgements")
     cluster.kill(leader)  # kill -9 while acks=all produces are in flight
     for i in range(1000, 2000):
         prod.produce("kill", value=b"v%06d" % i, on_delivery=report)
@@ -169,6 +187,9 @@ def test_acks_all_survives_kill_9_of_the_leader(cluster):
         assert by_offset.get(offset) == value
     values = [v for _, v in got]
     assert values == sorted(values) and len(set(values)) == len(values)
+    reader.join(60)
+    stop_reading.set()
+    assert streamed == got  # the consumer that read through the fail-over saw exactly the log
     # The killed broker comes back as a follower, catches up and re-enters the ISR.
     cluster.start_broker(leader)
     _wait(lambda: sorted(_describe(cluster, "kill")[0].isrs) == [1, 2, 3], timeout=60, what="ISR re-entry")
