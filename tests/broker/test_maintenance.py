@@ -194,3 +194,32 @@ def test_cleaner_backoff_follows_dynamic_broker_configs(tmp_path):
     run_now(b.broker.metadata.set_configs(brokers={"1": {"log.cleaner.backoff.ms": "50"}}))
     assert maintenance.cleaner_backoff_ms(b.broker) == 50
     b.close()
+
+
+def test_the_checkpoint_tasks_write_recovery_points_and_high_watermarks_when_they_change(tmp_path):
+    from odradek.log.checkpoint import read_checkpoint
+
+    b = _inproc(tmp_path)
+    b.broker.create_topic("cp", 1, {})
+    plog = b.broker.logs.get("cp", 0)
+    _append(plog, 3)
+    plog.flush(0)  # the recovery point follows the flushed data
+    logs = b.broker.logs
+
+    async def run(seconds):
+        tasks = [asyncio.ensure_future(maintenance.checkpoint(b.broker, 10)),
+                 asyncio.ensure_future(maintenance.checkpoint_high_watermarks(b.broker, 10))]
+        await asyncio.sleep(seconds)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    b.loop.run_until_complete(run(0.2))
+    assert read_checkpoint(logs.checkpoint_path)[("cp", 0)] == 3
+    assert read_checkpoint(logs.high_watermark_path)[("cp", 0)] == 3
+    _append(plog, 2)
+    plog.flush(0)
+    b.loop.run_until_complete(run(0.2))
+    assert read_checkpoint(logs.checkpoint_path)[("cp", 0)] == 5
+    assert read_checkpoint(logs.high_watermark_path)[("cp", 0)] == 5
+    b.close()

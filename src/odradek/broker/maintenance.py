@@ -70,21 +70,31 @@ async def flush_rolled_once(broker) -> int:
     return done
 
 
-async def checkpoint(broker, interval_ms: int = CHECKPOINT_INTERVAL_MS) -> None:
+async def _keep_written(broker, interval_ms: int, snapshot, write, failure: str) -> None:
+    """Every `interval_ms`: take `snapshot()` -> (number, points) on the event loop and,
+    when the points changed since the last write, `write(number, points)` in a worker
+    thread (False: a newer snapshot was written first). A failed write is logged with
+    `failure` and retried at the next round."""
     written = None
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        logs = broker.logs
-        if logs.health.offline:
+        if broker.logs.health.offline:
             continue
-        points = logs.recovery_snapshot()
+        seq, points = snapshot()
         if points == written:
             continue
         try:
-            await asyncio.to_thread(write_checkpoint, logs.checkpoint_path, points)
-            written = points
+            if await asyncio.to_thread(write, seq, points) is not False:
+                written = points
         except StorageError as exc:
-            log.warning("%s; the next start recovers more of the log", exc)
+            log.warning("%s; %s", exc, failure)
+
+
+async def checkpoint(broker, interval_ms: int = CHECKPOINT_INTERVAL_MS) -> None:
+    logs = broker.logs
+    await _keep_written(broker, interval_ms, lambda: (0, logs.recovery_snapshot()),
+                        lambda _seq, points: write_checkpoint(logs.checkpoint_path, points),
+                        "the next start recovers more of the log")
 
 
 HIGH_WATERMARK_INTERVAL_MS = 5_000  # Kafka's replica.high.watermark.checkpoint.interval.ms
@@ -93,20 +103,9 @@ HIGH_WATERMARK_INTERVAL_MS = 5_000  # Kafka's replica.high.watermark.checkpoint.
 async def checkpoint_high_watermarks(broker, interval_ms: int = HIGH_WATERMARK_INTERVAL_MS) -> None:
     """Kafka's replication-offset-checkpoint, written off the loop when it changed: a
     restarted replica starts from this high watermark rather than its log start."""
-    written = None
-    while True:
-        await asyncio.sleep(interval_ms / 1000)
-        logs = broker.logs
-        if logs.health.offline:
-            continue
-        seq, points = logs.high_watermark_snapshot()
-        if points == written:
-            continue
-        try:
-            if await asyncio.to_thread(logs.write_high_watermarks, seq, points):
-                written = points
-        except StorageError as exc:
-            log.warning("%s; a restart starts from an older high watermark", exc)
+    logs = broker.logs
+    await _keep_written(broker, interval_ms, logs.high_watermark_snapshot, logs.write_high_watermarks,
+                        "a restart starts from an older high watermark")
 
 
 async def purge_deleted(broker, interval_s: float = 1.0) -> None:

@@ -24,6 +24,7 @@ Partition.createLog reads a missing entry as 0, clamped to the log start).
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from .errors import storage_error
@@ -72,3 +73,32 @@ def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
         replace_file(path, f"{VERSION}\n{len(entries)}\n{body}")
     except OSError as exc:
         raise storage_error(f"cannot write {path}", exc) from exc
+
+
+class NumberedCheckpoint:
+    """A checkpoint file whose snapshots are taken on the event loop and written in worker
+    threads: snapshots are numbered when taken, and a write of an older snapshot than the
+    last one written is dropped, so the file never goes back (two DeleteRecords answered
+    out of order, or a periodic write overtaken by a later one)."""
+
+    def __init__(self, path: Path, written: dict[tuple[str, int], int]) -> None:
+        self.path = path
+        self.written = dict(written)  # what the file says now
+        self._seq = 0
+        self._written_seq = 0
+        self._lock = threading.Lock()
+
+    def number(self, points: dict[tuple[str, int], int]) -> tuple[int, dict[tuple[str, int], int]]:
+        self._seq += 1
+        return self._seq, points
+
+    def write(self, seq: int, points: dict[tuple[str, int], int]) -> bool:
+        """Write a numbered snapshot unless a newer one was written already; safe in a
+        worker thread. True when written; raises StorageError (the old file stays)."""
+        with self._lock:
+            if seq <= self._written_seq:
+                return False
+            write_checkpoint(self.path, points)
+            self._written_seq = seq
+            self.written = points
+            return True

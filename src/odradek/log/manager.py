@@ -48,15 +48,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
 import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..cluster.metadata import Topic
-from .checkpoint import (HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, read_checkpoint,
-                         write_checkpoint)
+from .checkpoint import (HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, NumberedCheckpoint,
+                         read_checkpoint, write_checkpoint)
 from .errors import LogDirOffline, PartitionOffline, SegmentDamaged, StorageError, storage_error
 from .files import FileCache, sync_filesystem
 from .health import LogDirHealth
@@ -123,19 +122,13 @@ class LogManager:
         self._written_checkpoint = dict(self.recovery_points)
         self.log_start_path = data_dir / LOG_START_OFFSET_FILE
         self.log_starts = read_checkpoint(self.log_start_path, "every log starts at its first segment's base offset")
-        self._written_log_starts = dict(self.log_starts)
         # Snapshots are numbered on the event loop and written in worker threads: a write
         # never replaces a newer snapshot's file with an older one.
-        self._log_start_seq = 0
-        self._log_start_written_seq = 0
-        self._log_start_lock = threading.Lock()
+        self._log_start_file = NumberedCheckpoint(self.log_start_path, self.log_starts)
         self.high_watermark_path = data_dir / HIGH_WATERMARK_FILE
         self.high_watermarks = read_checkpoint(self.high_watermark_path,
                                                "replicated logs start with their high watermark at their log start")
-        self._written_high_watermarks = dict(self.high_watermarks)
-        self._hw_seq = 0
-        self._hw_written_seq = 0
-        self._hw_lock = threading.Lock()
+        self._high_watermark_file = NumberedCheckpoint(self.high_watermark_path, self.high_watermarks)
 
     # --- the set of partitions ------------------------------------------------------------
 
@@ -190,7 +183,7 @@ class LogManager:
             if plog is not None:
                 plog.close_files()
             self._schedule_delete(partition_dir(self.data_dir, topic.name, p))
-        if any(t == topic.name for t, _ in self._written_log_starts):
+        if any(t == topic.name for t, _ in self._log_start_file.written):
             self.checkpoint_log_starts()  # see the module docstring: never inherited by a new topic
 
     def _schedule_delete(self, directory: Path) -> None:
@@ -434,26 +427,19 @@ class LogManager:
 
     def snapshot_log_starts(self) -> tuple[int, dict[tuple[str, int], int]]:
         """A numbered snapshot for `write_log_starts` (take it on the event loop)."""
-        self._log_start_seq += 1
-        return self._log_start_seq, self.log_start_points()
+        return self._log_start_file.number(self.log_start_points())
 
     def write_log_starts(self, seq: int, points: dict[tuple[str, int], int]) -> bool:
         """Write a snapshot unless a newer one was written already; safe in a worker
         thread. True when written; raises StorageError (the old file stays)."""
-        with self._log_start_lock:
-            if seq <= self._log_start_written_seq:
-                return False
-            write_checkpoint(self.log_start_path, points)
-            self._log_start_written_seq = seq
-            self._written_log_starts = points
-            return True
+        return self._log_start_file.write(seq, points)
 
     def checkpoint_log_starts(self, force: bool = False) -> bool:
         """Write the log start offsets now if they changed (the calling thread)."""
         if self.health.offline:
             return False
         seq, points = self.snapshot_log_starts()
-        if not force and points == self._written_log_starts:
+        if not force and points == self._log_start_file.written:
             return False
         try:
             return self.write_log_starts(seq, points)
@@ -474,19 +460,12 @@ class LogManager:
 
     def high_watermark_snapshot(self) -> tuple[int, dict[tuple[str, int], int]]:
         """A numbered snapshot for `write_high_watermarks` (take it on the event loop)."""
-        self._hw_seq += 1
-        return self._hw_seq, self.high_watermark_points()
+        return self._high_watermark_file.number(self.high_watermark_points())
 
     def write_high_watermarks(self, seq: int, points: dict[tuple[str, int], int]) -> bool:
         """Write a snapshot unless a newer one was written already; safe in a worker
         thread. True when written; raises StorageError (the old file stays)."""
-        with self._hw_lock:
-            if seq <= self._hw_written_seq:
-                return False
-            write_checkpoint(self.high_watermark_path, points)
-            self._hw_written_seq = seq
-            self._written_high_watermarks = points
-            return True
+        return self._high_watermark_file.write(seq, points)
 
     def checkpoint_high_watermarks(self, force: bool = False) -> bool:
         """Write the high watermarks now if they changed (the calling thread). A failure is
@@ -495,7 +474,7 @@ class LogManager:
         if self.health.offline:
             return False
         seq, points = self.high_watermark_snapshot()
-        if not force and points == self._written_high_watermarks:
+        if not force and points == self._high_watermark_file.written:
             return False
         try:
             return self.write_high_watermarks(seq, points)
