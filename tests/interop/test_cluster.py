@@ -81,6 +81,27 @@ def _producer(cluster, **extra):
     return Producer(conf)
 
 
+def _group_conf(cluster, group):
+    return {"bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+
+
+def _group_reads_all(cluster, group, topic, expected, timeout=60):
+    """A KIP-848 group member that reads `expected` records of `topic` and commits them
+    synchronously; returned open (the caller closes it)."""
+    cons = Consumer(_group_conf(cluster, group))
+    cons.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + timeout
+    while seen < expected and time.monotonic() < deadline:
+        m = cons.poll(0.5)
+        if m is not None and not m.error():
+            seen += 1
+    assert seen == expected
+    cons.commit(asynchronous=False)
+    return cons
+
+
 def _consume_all(cluster, topic, partitions, expected, timeout=60):
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -120,18 +141,7 @@ def test_three_brokers_place_replicas_across_racks_and_replicate(cluster):
         assert [o for o, _ in got[p]] == list(range(100))
     # A KIP-848 group: its coordinator is the leader of its __consumer_offsets partition,
     # whichever broker that is; commits land there and are read back.
-    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": "g3", "group.protocol": "consumer",
-            "auto.offset.reset": "earliest", "enable.auto.commit": False}
-    cons = Consumer(conf)
-    cons.subscribe(["t3"])
-    seen = 0
-    deadline = time.monotonic() + 60
-    while seen < 300 and time.monotonic() < deadline:
-        m = cons.poll(0.5)
-        if m is not None and not m.error():
-            seen += 1
-    assert seen == 300
-    cons.commit(asynchronous=False)
+    cons = _group_reads_all(cluster, "g3", "t3", 300)
     committed = cons.committed([TopicPartition("t3", p) for p in range(3)], timeout=30)
     assert [tp.offset for tp in committed] == [100, 100, 100]
     cons.close()
@@ -343,23 +353,11 @@ def test_a_one_broker_etcd_cluster_behaves_like_the_single_broker(tmp_path):
         for i in range(100):
             prod.produce("solo", value=b"%03d" % i, partition=i % 2)
         assert prod.flush(30) == 0
-        conf = {"bootstrap.servers": c.bootstrap, "group.id": "solo-g", "group.protocol": "consumer",
-                "auto.offset.reset": "earliest", "enable.auto.commit": False}
-        cons = Consumer(conf)
-        cons.subscribe(["solo"])
-        seen = 0
-        deadline = time.monotonic() + 60
-        while seen < 100 and time.monotonic() < deadline:
-            m = cons.poll(0.5)
-            if m is not None and not m.error():
-                seen += 1
-        assert seen == 100
-        cons.commit(asynchronous=False)
-        cons.close()
+        _group_reads_all(c, "solo-g", "solo", 100).close()
         # A restart (SIGTERM) keeps topics, records and committed offsets, as the file store does.
         c.stop_broker(1)
         c.start_broker(1)
-        again = Consumer(conf)
+        again = Consumer(_group_conf(c, "solo-g"))
         committed = again.committed([TopicPartition("solo", 0), TopicPartition("solo", 1)], timeout=30)
         assert sorted(tp.offset for tp in committed) == [50, 50]
         again.close()
