@@ -146,3 +146,30 @@ def librdkafka_produce_loop(producer, topic: str, values: list[bytes], n: int, p
             if time.monotonic() > deadline:
                 return sent, True
     return sent, False
+
+
+def drain(q, into: list) -> None:
+    """Move whatever `q` (a multiprocessing queue) holds now into `into`, without waiting."""
+    import queue
+
+    try:
+        while True:
+            into.append(q.get_nowait())
+    except queue.Empty:
+        pass
+
+
+def stop_workers(procs, queues=()) -> None:
+    """Join worker processes (terminate, then kill, the ones that will not end) and close
+    their queues without waiting for their feeder threads."""
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=2)
+    for q in queues:
+        q.close()
+        q.cancel_join_thread()

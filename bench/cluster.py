@@ -94,8 +94,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import (  # puts src/ on sys.path too
     BrokerProcess,
+    drain,
     interrupt_on_sigterm,
     machine_line,
+    stop_workers,
     table,
 )
 from throughput import (
@@ -295,11 +297,7 @@ def run_produce(ctx: Any, servers: Servers, topic: str, records: int, size: int,
                 ready += 1
             except queue.Empty:
                 pass
-            try:
-                while True:
-                    results.append(result_q.get_nowait())
-            except queue.Empty:
-                pass
+            drain(result_q, results)
             if results or time.monotonic() > deadline or not servers.alive():
                 res["error"] = ("setup: " + "; ".join(str(r.get("error")) for r in results)) if results \
                     else f"setup: {ready}/{len(procs)} producers connected; servers alive: {servers.alive()}"
@@ -346,17 +344,7 @@ def run_produce(ctx: Any, servers: Servers, topic: str, records: int, size: int,
         res["status"] = "ok"
         return res
     finally:
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=2)
-        for q in (ready_q, result_q):
-            q.close()
-            q.cancel_join_thread()
+        stop_workers(procs, (ready_q, result_q))
 
 
 # (name, servers kind, acks, RF, topic configs)

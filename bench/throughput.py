@@ -53,7 +53,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_common import interrupt_on_sigterm, librdkafka_produce_loop
+from bench_common import (
+    drain,
+    interrupt_on_sigterm,
+    librdkafka_produce_loop,
+    stop_workers,
+)
 
 LOOPBACK = "127.0.0.1"
 MB = 1_000_000  # MB/s below means 10^6 bytes of record *value* per second
@@ -633,12 +638,7 @@ def run_phase(
                 ready += 1
             except queue.Empty:
                 pass
-            # a worker that died in setup has posted a result
-            try:
-                while True:
-                    results.append(result_q.get_nowait())
-            except queue.Empty:
-                pass
+            drain(result_q, results)  # a worker that died in setup has posted a result
             if any(not r.get("ok") for r in results):
                 pr.status = "failed"
                 pr.error = "worker setup failed: " + "; ".join(r.get("error", "?") for r in results)
@@ -662,11 +662,7 @@ def run_phase(
                     if not broker.alive():
                         # give workers a moment to report their errors
                         time.sleep(0.5)
-                        try:
-                            while True:
-                                results.append(result_q.get_nowait())
-                        except queue.Empty:
-                            pass
+                        drain(result_q, results)
                         break
         pr.rss_peak_kb = sampler.peak_kb
         pr.broker_cpu_s = round(sampler.cpu_s, 3)
@@ -695,18 +691,7 @@ def run_phase(
         pr.status = "ok"
         return pr
     finally:
-        for p in procs:
-            p.join(timeout=5)
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=2)
-        for q in (ready_q, result_q):
-            q.close()
-            q.cancel_join_thread()
+        stop_workers(procs, (ready_q, result_q))
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float) -> tuple[str, int]:
