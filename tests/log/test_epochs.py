@@ -36,20 +36,6 @@ def pairs(cache: LeaderEpochCache) -> list[tuple[int, int]]:
     return [tuple(e) for e in cache.entries()]
 
 
-@pytest.fixture
-def writes(monkeypatch):
-    """Every text the cache wrote to its file, in order."""
-    written = []
-    real = E.replace_file
-
-    def spy(path, text):
-        written.append(text)
-        real(path, text)
-
-    monkeypatch.setattr(E, "replace_file", spy)
-    return written
-
-
 # --- assign -------------------------------------------------------------------------
 
 
@@ -275,7 +261,7 @@ def test_the_file_is_in_kafkas_layout(tmp_path):
     assert cache.path.read_bytes() == b"0\n2\n0 0\n3 120\n"
 
 
-def test_every_change_is_written_and_no_op_is(tmp_path, writes):
+def test_every_change_is_written_and_no_op_is(tmp_path, epoch_file_writes):
     cache = LeaderEpochCache.load(tmp_path)
     cache.assign(2, 6)
     cache.assign(2, 7)  # no-op
@@ -286,7 +272,7 @@ def test_every_change_is_written_and_no_op_is(tmp_path, writes):
     cache.truncate_from_start(8)
     cache.truncate_from_start(8)  # no-op
     cache.truncate_from_start(1)  # no-op
-    assert writes == [
+    assert epoch_file_writes == [
         "0\n1\n2 6\n",
         "0\n2\n2 6\n3 8\n",
         "0\n3\n2 6\n3 8\n4 11\n",
@@ -363,14 +349,14 @@ def test_a_failed_write_leaves_the_cache_and_the_file_as_they_were(tmp_path, mon
     assert [p.name for p in tmp_path.iterdir()] == [E.LEADER_EPOCH_FILE]
 
 
-def test_an_in_memory_cache_writes_nothing(tmp_path, monkeypatch, writes):
+def test_an_in_memory_cache_writes_nothing(tmp_path, monkeypatch, epoch_file_writes):
     monkeypatch.chdir(tmp_path)
     cache = cache_with(*THREE)
     cache.truncate_from_start(9)
     cache.truncate_from_end(10)
     cache.clear()
     assert cache.path is None
-    assert writes == []
+    assert epoch_file_writes == []
     assert list(tmp_path.iterdir()) == []
 
 

@@ -14,25 +14,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek.cluster.metadata import Topic
-from odradek.config import BrokerConfig
-from odradek.log import epochs as epochs_mod
 from odradek.log.checkpoint import HIGH_WATERMARK_FILE, read_checkpoint
-from odradek.log.epochs import LEADER_EPOCH_FILE, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry
+from odradek.log.epochs import (
+    LEADER_EPOCH_FILE,
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    EpochEntry,
+)
 from odradek.log.errors import StorageError
 from odradek.log.manager import LogManager
 from odradek.log.partition import OffsetMismatch, OffsetOutOfRange, PartitionLog
-from odradek.records.batch import BatchError, iter_headers, read_header, validate_batches
+from odradek.records.batch import (
+    BatchError,
+    iter_headers,
+    read_header,
+    validate_batches,
+)
 from odradek.records.codec import Record, encode_batch
+from tests.log.test_partition import config
 
 T0 = 1_700_000_000_000
 PID = 777
-
-
-def config(**overrides) -> dict:
-    c = BrokerConfig().topic_defaults()
-    for k, v in overrides.items():
-        c[k.replace("_", ".")] = v
-    return c
 
 
 def client_batch(count: int = 1, ts: int = T0, value_size: int = 16, **kw) -> bytearray:
@@ -97,18 +99,6 @@ def logdir(tmp_path):
     return tmp_path / "topic-0"
 
 
-@pytest.fixture
-def file_writes(monkeypatch):
-    """Counts writes of the leader epoch checkpoint file."""
-    calls = []
-    real = epochs_mod.replace_file
-
-    def counting(path, text):
-        calls.append(text)
-        real(path, text)
-
-    monkeypatch.setattr(epochs_mod, "replace_file", counting)
-    return calls
 
 
 # ----------------------------------------------------------------------------- leader appends
@@ -136,25 +126,25 @@ def test_leader_append_stamps_its_epoch_and_fills_the_cache_and_its_file(logdir)
     again.close()
 
 
-def test_the_epoch_file_is_written_only_when_an_epoch_starts(logdir, file_writes):
+def test_the_epoch_file_is_written_only_when_an_epoch_starts(logdir, epoch_file_writes):
     plog = open_log(logdir)
-    assert len(file_writes) == 1  # turning replicated writes the cache as it stands
+    assert len(epoch_file_writes) == 1  # turning replicated writes the cache as it stands
     for _ in range(50):
         produce(plog, 2)
-    assert len(file_writes) == 2
+    assert len(epoch_file_writes) == 2
     produce(plog, 4)
-    assert len(file_writes) == 3
+    assert len(epoch_file_writes) == 3
     plog.close()
     again = open_log(logdir)  # a restart: the file already says what the cache holds
-    assert len(file_writes) == 3 and again.epochs.entries() == [(2, 0), (4, 50)]
+    assert len(epoch_file_writes) == 3 and again.epochs.entries() == [(2, 0), (4, 50)]
     again.replicated = False
     produce(again, 4)
     again.replicated = True  # it may have fallen behind meanwhile: written again
-    assert len(file_writes) == 4
+    assert len(epoch_file_writes) == 4
     again.close()
 
 
-def test_single_node_appends_are_unchanged_and_write_no_epoch_file(logdir, file_writes):
+def test_single_node_appends_are_unchanged_and_write_no_epoch_file(logdir, epoch_file_writes):
     plog = PartitionLog(logdir, config(), T0)
     assert not plog.replicated
     infos = [produce(plog, count=n) for n in (1, 3, 2)]
@@ -162,11 +152,11 @@ def test_single_node_appends_are_unchanged_and_write_no_epoch_file(logdir, file_
     assert plog.high_watermark == plog.log_end_offset == 6
     assert {h.partition_leader_epoch for h in stored_headers(plog)} == {0}
     assert plog.epochs.entries() == [(0, 0)]  # in memory: answers OffsetsForLeaderEpoch
-    assert file_writes == [] and epoch_file(plog) is None
+    assert epoch_file_writes == [] and epoch_file(plog) is None
     plog.close()
     again = PartitionLog(logdir, config(), T0)
     assert again.epochs.entries() == [(0, 0)]  # derived from the batches when opened
-    assert file_writes == []
+    assert epoch_file_writes == []
     # Turning replicated (a partition reassigned to several replicas) writes it, and keeps
     # the high watermark where a single replica had it.
     produce(again)
