@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from .image import BrokerInfo, ClusterImage, PartitionState, TopicPartition
-from .metadata import MetadataStore, Topic
+from .metadata import MetadataStore, Topic, TopicRegistry
 
 T = TypeVar("T")
 TopicSpec = tuple[str, int, dict[str, str]]  # name, partition count, config overrides
@@ -84,57 +84,67 @@ def run_now(work: Awaitable[T]) -> T:
     raise RuntimeError("this metadata backend must be awaited on the event loop")
 
 
-class FileBackend:
-    """The embedded single-node backend over MetadataStore's snapshot and journal."""
+class MirroredReads:
+    """The read side both backends share: what a TopicRegistry they keep says (the file
+    store itself, or the etcd mirror), the current image and its listeners. The registry's
+    dicts are changed in place only, so what these return are live views."""
 
-    def __init__(self, data_dir: Path, node_id: int = 0, new_id: Callable[[], uuid.UUID] | None = None) -> None:
-        self.store = MetadataStore(data_dir, *([new_id] if new_id else []))
-        self.node_id = node_id
-        self._me: BrokerInfo | None = None
+    def __init__(self, registry: TopicRegistry) -> None:
+        self._registry = registry
+        self._image = ClusterImage()
         self._listeners: list[Listener] = []
-        self._parts: dict[TopicPartition, PartitionState] = {}
-        for topic in self.store.topics.values():
-            self._place(topic.name, 0)
-        self._image = self._build(None)
 
-    # MetadataStore changes these dicts in place only, so these are live views.
     @property
     def cluster_id(self) -> str:
-        return self.store.cluster_id
+        return self._registry.cluster_id
 
     @property
     def topics(self) -> dict[str, Topic]:
-        return self.store.topics
+        return self._registry.topics
 
     @property
     def by_id(self) -> dict[uuid.UUID, Topic]:
-        return self.store.by_id
+        return self._registry.by_id
 
     @property
     def group_configs(self) -> dict[str, dict[str, str]]:
-        return self.store.group_configs
+        return self._registry.group_configs
 
     @property
     def broker_configs(self) -> dict[str, dict[str, str]]:
-        return self.store.broker_configs
+        return self._registry.broker_configs
 
     def get(self, name: str) -> Topic | None:
-        return self.store.get(name)
+        return self._registry.get(name)
 
     def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
-        return self.store.get_by_id(topic_id)
+        return self._registry.get_by_id(topic_id)
 
     def check_create(self, name: str) -> None:
-        self.store.check_create(name)
-
-    def compact(self) -> None:
-        self.store.compact()
+        self._registry.check_create(name)
 
     def image(self) -> ClusterImage:
         return self._image
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+
+class FileBackend(MirroredReads):
+    """The embedded single-node backend over MetadataStore's snapshot and journal."""
+
+    def __init__(self, data_dir: Path, node_id: int = 0, new_id: Callable[[], uuid.UUID] | None = None) -> None:
+        self.store = MetadataStore(data_dir, *([new_id] if new_id else []))
+        super().__init__(self.store)
+        self.node_id = node_id
+        self._me: BrokerInfo | None = None
+        self._parts: dict[TopicPartition, PartitionState] = {}
+        for topic in self.store.topics.values():
+            self._place(topic.name, 0)
+        self._image = self._build(None)
+
+    def compact(self) -> None:
+        self.store.compact()
 
     def _place(self, name: str, first: int) -> None:
         """Partitions `first..` of topic `name` as they exist in the store now (or none)."""

@@ -38,7 +38,7 @@ import grpc
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
-from .backend import Fenced, Listener, MetadataUnavailable, TopicSpec
+from .backend import Fenced, MetadataUnavailable, MirroredReads, TopicSpec
 from .controller import elect
 from .etcd_mirror import (
     EtcdMirror,
@@ -99,7 +99,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-class EtcdBackend:
+class EtcdBackend(MirroredReads):
     """MetadataBackend over etcd v3 (see the module docstring)."""
 
     def __init__(self, endpoints: list[tuple[str, int]], node_id: int, *, prefix: str = "/odradek",
@@ -120,12 +120,9 @@ class EtcdBackend:
         # The mirror, changed by the watch (and a reload) only. Its dicts are changed in
         # place only, so the broker may hold them.
         self.mirror = EtcdMirror(self._p)
-        self.topics, self.by_id = self.mirror.topics, self.mirror.by_id
-        self.group_configs, self.broker_configs = self.mirror.group_configs, self.mirror.broker_configs
+        super().__init__(self.mirror)
         self._revision = 0  # every event up to this revision is applied
         self._loaded = False
-        self._image = ClusterImage()
-        self._listeners: list[Listener] = []
         self._waiters: list[tuple[int, asyncio.Future]] = []
         # Connection, lease and tasks.
         self._client: aetcd.Client | None = None
@@ -141,27 +138,6 @@ class EtcdBackend:
         self._campaign_kick = asyncio.Event()
         self._pid_lock = asyncio.Lock()
         self._pid_next = self._pid_end = 0
-
-    # --- reads: the mirror ----------------------------------------------------------------
-
-    @property
-    def cluster_id(self) -> str:
-        return self.mirror.cluster_id
-
-    def get(self, name: str) -> Topic | None:
-        return self.mirror.get(name)
-
-    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
-        return self.mirror.get_by_id(topic_id)
-
-    def check_create(self, name: str) -> None:
-        self.mirror.check_create(name)
-
-    def image(self) -> ClusterImage:
-        return self._image
-
-    def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
 
     @property
     def is_controller(self) -> bool:
