@@ -15,7 +15,7 @@ from odradek.broker.broker import Broker
 from odradek.broker.server import BrokerServer
 from odradek.config import BrokerConfig
 from odradek.records.codec import Record, encode_batch
-from tests.cluster.etcd_fixture import etcd_server
+from tests.cluster.etcd_fixture import etcd_server, eventually
 from tests.wire import parse_response, request_frame
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,13 +58,6 @@ def _fetch_body(topic, offset, epoch=-1, replica_id=-1):
             "forgotten_topics_data": [], "rack_id": ""}
 
 
-async def _until(predicate, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
 def _run(coro):
     asyncio.run(asyncio.wait_for(coro, 50))
 
@@ -75,7 +68,7 @@ def test_acks_all_is_answered_once_the_follower_has_the_batch(tmp_path, etcd):
         b1, b2 = (s.broker for s in servers)
         try:
             await b1.create_topics_async([("r", 1, {"min.insync.replicas": "2"})], {"r": [(1, 2)]})
-            await _until(lambda: ("r", 0) in b2.replicas.following)
+            await eventually(lambda: ("r", 0) in b2.replicas.following, timeout=10.0)
             resp = await _call(b1, 0, 9, _produce_body("r", [b"a", b"b", b"c"]))
             part = resp.responses[0].partition_responses[0]
             assert (part.error_code, part.base_offset) == (0, 0)
@@ -85,7 +78,7 @@ def test_acks_all_is_answered_once_the_follower_has_the_batch(tmp_path, etcd):
             leader = b1.logs.get("r", 0)
             assert leader.high_watermark == 3
             assert leader.read(0, 1 << 20).data == follower.read(0, 1 << 20, max_offset=3).data
-            await _until(lambda: follower.high_watermark == 3)  # learnt from the next fetch response
+            await eventually(lambda: follower.high_watermark == 3, timeout=10.0)  # learnt from the next fetch response
         finally:
             for s in servers:
                 await s.stop()
@@ -99,7 +92,7 @@ def test_followers_refuse_clients_and_epochs_are_checked(tmp_path, etcd):
         b1, b2 = (s.broker for s in servers)
         try:
             await b1.create_topics_async([("e", 1, {})], {"e": [(1, 2)]})
-            await _until(lambda: ("e", 0) in b2.replicas.following)
+            await eventually(lambda: ("e", 0) in b2.replicas.following, timeout=10.0)
             resp = await _call(b2, 0, 10, _produce_body("e", [b"x"]))
             part = resp.responses[0].partition_responses[0]
             assert part.error_code == 6  # NOT_LEADER_OR_FOLLOWER
@@ -124,13 +117,13 @@ def test_a_new_leader_fences_the_old_epoch_and_answers_offsets_for_leader_epoch(
         b1, b2 = (s.broker for s in servers)
         try:
             await b1.create_topics_async([("f", 1, {})], {"f": [(1, 2)]})
-            await _until(lambda: ("f", 0) in b2.replicas.following)
+            await eventually(lambda: ("f", 0) in b2.replicas.following, timeout=10.0)
             for _ in range(2):
                 await _call(b1, 0, 9, _produce_body("f", [b"1", b"2"]))
-            await _until(lambda: b2.logs.get("f", 0).log_end_offset == 4)
+            await eventually(lambda: b2.logs.get("f", 0).log_end_offset == 4, timeout=10.0)
             # Broker 1 goes away without a word: its lease expires, the controller moves the lead.
             await servers[0].broker.metadata._abandon()
-            await _until(lambda: b2.replicas.image.leader_of("f", 0) == 2, timeout=15)
+            await eventually(lambda: b2.replicas.image.leader_of("f", 0) == 2, timeout=15)
             assert b2.replicas.image.partition("f", 0).leader_epoch == 1
             old = await _call(b2, 1, 12, _fetch_body("f", 0, epoch=0))
             assert old.responses[0].partitions[0].error_code == 74  # FENCED_LEADER_EPOCH
@@ -157,9 +150,9 @@ def test_not_enough_replicas_before_the_append(tmp_path, etcd):
         b1, b2 = (s.broker for s in servers)
         try:
             await b1.create_topics_async([("m", 1, {"min.insync.replicas": "2"})], {"m": [(1, 2)]})
-            await _until(lambda: ("m", 0) in b2.replicas.following)
+            await eventually(lambda: ("m", 0) in b2.replicas.following, timeout=10.0)
             await servers[1].stop()  # a clean stop revokes the lease: the ISR shrinks to the leader
-            await _until(lambda: b1.replicas.image.partition("m", 0).isr == (1,), timeout=15)
+            await eventually(lambda: b1.replicas.image.partition("m", 0).isr == (1,), timeout=15)
             resp = await _call(b1, 0, 9, _produce_body("m", [b"x"]))
             assert resp.responses[0].partition_responses[0].error_code == 19  # NOT_ENOUGH_REPLICAS
             assert b1.logs.get("m", 0).log_end_offset == 0  # refused before the append
@@ -177,13 +170,13 @@ def test_a_v15_follower_fetch_names_itself_in_replica_state_and_min_isr_changes_
         b1 = servers[0].broker
         try:
             await b1.create_topics_async([("v", 1, {"min.insync.replicas": "3"})], {"v": [(1, 2, 3)]})
-            await _until(lambda: all(("v", 0) in s.broker.replicas.following for s in servers[1:]))
+            await eventually(lambda: all(("v", 0) in s.broker.replicas.following for s in servers[1:]), timeout=10.0)
             await _call(b1, 0, 9, _produce_body("v", [b"a", b"b"], acks=1))
-            await _until(lambda: b1.logs.get("v", 0).high_watermark == 2)
+            await eventually(lambda: b1.logs.get("v", 0).high_watermark == 2, timeout=10.0)
             # Broker 3 leaves (its own fetcher stops); then a Fetch v15 naming replica 3 in
             # ReplicaState (KIP-903) is the only thing that can move its log end on the leader.
             await servers[2].stop()
-            await _until(lambda: b1.replicas.image.partition("v", 0).isr == (1, 2), timeout=15)
+            await eventually(lambda: b1.replicas.image.partition("v", 0).isr == (1, 2), timeout=15)
             assert b1.replicas.leaders[("v", 0)].followers[3].log_end_offset != 1
             body = _fetch_body("v", 1, epoch=0)
             del body["replica_id"]

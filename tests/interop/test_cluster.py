@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.client.net import BrokerConnection
 from odradek.commands.cluster import LocalCluster
 from odradek.records.codec import encode_batch
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -64,13 +65,7 @@ def _describe(cluster, name):
 
 
 def _wait(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(predicate, timeout, 0.2, what)
 
 
 def _producer(cluster, **extra):
