@@ -368,6 +368,12 @@ class ReplicaManager:
             raise NotServable(LEADER_NOT_AVAILABLE if state.leader == NO_LEADER else NOT_LEADER_OR_FOLLOWER)
         return self.leaders.get(tp)
 
+    def current_leader(self, tp: TopicPartition) -> dict | None:
+        """The leader this broker knows, in the `current_leader` field's shape (Produce v10,
+        Fetch v12: KIP-951 lets a client skip a metadata refresh); None when unknown."""
+        state = self.image.partition(*tp)
+        return None if state is None else {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+
     def is_leader(self, tp: TopicPartition) -> bool:
         state = self.image.partition(*tp)
         return state is None or state.leader == self.node_id

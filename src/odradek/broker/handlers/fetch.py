@@ -27,9 +27,6 @@ from kio.schema.errors import ErrorCode
 
 from ...log.errors import CorruptBatch, StorageError
 from ...log.partition import OffsetOutOfRange
-from ...replication.follower import OffsetOutOfRange as CannotPlaceFetch
-from ...replication.follower import diverging_epoch
-from ..replica_manager import NotServable
 from ...protocol.errors import (
     CORRUPT_MESSAGE,
     FETCH_SESSION_ID_NOT_FOUND,
@@ -39,7 +36,10 @@ from ...protocol.errors import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...replication.follower import OffsetOutOfRange as CannotPlaceFetch
+from ...replication.follower import diverging_epoch
 from ..registry import api
+from ..replica_manager import NotServable
 
 ZERO_UUID = uuid.UUID(int=0)
 UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
@@ -75,14 +75,13 @@ def replica_of(request) -> tuple[int, int]:
     return int(request.field("replica_id", -1)), -1
 
 
-def _leader_check(broker, tp, p, replica_id):
+def _leader_check(broker, tp, p):
     """None when this broker may serve `p`, else the partition's error response."""
     try:
         broker.replicas.leader_for_serving(tp, int(getattr(p, "current_leader_epoch", -1)))
     except NotServable as exc:
-        state = broker.replicas.state(*tp)
-        extra = {"current_leader": {"leader_id": state.leader, "leader_epoch": state.leader_epoch}} if state else {}
-        return _partition(p.partition, exc.code, **extra)
+        leader = broker.replicas.current_leader(tp)
+        return _partition(p.partition, exc.code, **({"current_leader": leader} if leader else {}))
     return None
 
 
@@ -114,7 +113,7 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
                 parts.append(_partition(p.partition, UNSUPPORTED_COMPRESSION_TYPE))
                 continue
             tp = (topic.name, p.partition)
-            refused = _leader_check(broker, tp, p, replica_id)
+            refused = _leader_check(broker, tp, p)
             if refused is not None:
                 parts.append(refused)
                 had_error = True

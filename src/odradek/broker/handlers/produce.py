@@ -32,8 +32,8 @@ from ...records.batch import BatchError
 from ...records.recompress import PRODUCER, recompress
 from ...records.validate import ProduceRules, validate_produce_records
 from ..errors import CloseConnection
-from ..replica_manager import NotServable
 from ..registry import api
+from ..replica_manager import NotServable
 from ..slices import TimeSlice
 
 _SEQUENCE_ERRORS = {
@@ -54,7 +54,7 @@ def _partition_result(index, code, message=None, base_offset=-1, append_time=-1,
         "error_message": message,
     }
     if leader is not None:
-        out["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+        out["current_leader"] = leader
     return out
 
 
@@ -76,9 +76,7 @@ def append_partition(broker, topic, index, records, now_ms, api_version=10, acks
         try:
             broker.replicas.leader_for_serving(tp)
         except NotServable as exc:
-            state = broker.replicas.state(*tp)
-            return _partition_result(index, exc.code, str(exc),
-                                     leader=(state.leader, state.leader_epoch) if state is not None else None)
+            return _partition_result(index, exc.code, str(exc), leader=broker.replicas.current_leader(tp))
     try:
         plog = broker.logs.get(topic.name, index) if topic is not None else None
     except StorageError as exc:
