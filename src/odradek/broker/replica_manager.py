@@ -96,23 +96,23 @@ class ReplicaManager:
             return {self.node_id: self.broker.config.rack}
         return {b.node_id: b.rack for b in brokers.values()}
 
-    def _factor(self, configs: dict[str, str], factors: dict[str, int], name: str) -> int:
-        rf = factors.get(name, -1)
-        return self.broker.config.default_replication_factor if rf is None or rf < 0 else rf
-
     def place(self, specs, assignments: dict[str, list[tuple[int, ...]]],
               factors: dict[str, int] | None = None) -> dict[str, list[tuple[int, ...]]]:
         """Replicas for every partition of every topic in `specs`; explicit assignments
         win. Raises PlacementError (INVALID_REPLICATION_FACTOR on the wire)."""
         racks = self._racks()
         out = {}
-        for name, partitions, configs in specs:
+        for name, partitions, _configs in specs:
             if name in assignments:
                 out[name] = [tuple(r) for r in assignments[name]]
                 continue
-            rf = self._factor(configs, factors or {}, name)
+            rf = (factors or {}).get(name, -1)
+            if rf < 0:  # CreateTopics' -1, or not given: the broker default
+                rf = self.broker.config.default_replication_factor
             if name == CONSUMER_OFFSETS or len(racks) == 1:
-                rf = min(rf, len(racks))  # Kafka's offsets topic: min(factor, live brokers) here
+                # The offsets topic: min(factor, registered brokers); a lone broker keeps
+                # every topic to itself whatever default.replication.factor says.
+                rf = min(rf, len(racks))
             placed = assign_replicas(partitions, rf, racks, rng=self._rng)
             out[name] = [tuple(placed[p]) for p in range(partitions)]
         return out
