@@ -197,3 +197,21 @@ def test_a_v15_follower_fetch_names_itself_in_replica_state_and_min_isr_changes_
                 await s.stop()
 
     _run(body())
+
+
+def test_auto_creation_beyond_the_brokers_is_refused_without_a_traceback(tmp_path, etcd):
+    async def body():
+        servers = await _brokers(tmp_path, etcd, default_replication_factor=3)
+        b1 = servers[0].broker
+        try:
+            await eventually(lambda: len(b1.replicas.image.brokers) == 2, timeout=10.0)
+            md = await _call(b1, 3, 12, {"topics": [{"name": "auto3", "topic_id": None}],
+                                         "allow_auto_topic_creation": True,
+                                         "include_topic_authorized_operations": False})
+            assert md.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: nothing was created
+            assert b1.metadata.get("auto3") is None and b1.internal_errors == 0
+        finally:
+            for s in servers:
+                await s.stop()
+
+    _run(body())

@@ -32,6 +32,7 @@ from ..cluster.backend import Fenced, MetadataUnavailable, open_backend, run_now
 from ..cluster.image import BrokerInfo
 from ..cluster.metadata import Topic, TopicCollision, TopicExists
 from ..cluster.names import InvalidTopicName, collision_key, validate_topic_name
+from ..cluster.placement import PlacementError
 from ..config import BrokerConfig, resolve_topic_config
 from ..log.errors import LogDirOffline, StorageError
 from ..log.files import FileCache, capacity_for_limit, raise_fd_limit
@@ -239,18 +240,10 @@ class Broker:
                      ", ".join(list(wanted)[:5]), " ..." if len(wanted) > 5 else "")
         return [(name, self.config.num_partitions, {}) for name in wanted]
 
-    def auto_create_many(self, names: list[str]) -> dict[str, Topic]:
-        """Create every creatable name with the broker defaults, in one metadata write.
-        Names that cannot be created are left out; a storage failure creates none."""
-        specs = self._auto_create_specs(names)
-        try:
-            topics = self.create_topics(specs) if specs else []
-        except StorageError:
-            return {}
-        return {t.name: t for t in topics}
-
     async def auto_create_many_async(self, names: list[str]) -> dict[str, Topic]:
-        """`auto_create_many` in slices, yielding to the event loop between them."""
+        """Create every creatable name with the broker defaults, a slice at a time (one
+        metadata write each), yielding to the event loop between them. Names that cannot
+        be created are left out."""
         results = await self.create_topics_sliced(self._auto_create_specs(names))
         return {t.name: t for t in results if isinstance(t, Topic)}
 
@@ -260,7 +253,7 @@ class Broker:
         """Create validated topics a slice at a time (one metadata write each), so that a
         request creating 10,000 topics never holds the event loop for long. Returns, per
         spec, its Topic or the exception that stopped it (a name taken meanwhile, or a
-        storage failure)."""
+        storage failure, or too few brokers for the replication factor)."""
         out: list[Topic | Exception] = []
         for i in range(0, len(specs), size):
             if i:
@@ -278,17 +271,14 @@ class Broker:
                 try:
                     for topic in await self.create_topics_async(ready, assignments):
                         results[topic.name] = topic
-                except (StorageError, TopicExists, TopicCollision, MetadataUnavailable, Fenced) as exc:
+                except (StorageError, TopicExists, TopicCollision, MetadataUnavailable, Fenced, PlacementError) as exc:
                     for spec in ready:
                         results[spec[0]] = exc
             out.extend(results[spec[0]] for spec in chunk)
         return out
 
-    def auto_create(self, name: str) -> Topic | None:
-        """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
-        return self.auto_create_many([name]).get(name)
-
     async def auto_create_async(self, name: str) -> Topic | None:
+        """Create `name` with the broker defaults if auto.create.topics.enable allows it."""
         return (await self.auto_create_many_async([name])).get(name)
 
     # --- requests --------------------------------------------------------------------

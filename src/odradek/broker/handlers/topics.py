@@ -165,6 +165,9 @@ async def create_topics(broker, request):
             if isinstance(outcome, StorageError):
                 result.update(error_code=KAFKA_STORAGE_ERROR, error_message=str(outcome), num_partitions=-1,
                               replication_factor=-1, configs=None)
+            elif isinstance(outcome, PlacementError):  # brokers left between validation and creation
+                result.update(error_code=INVALID_REPLICATION_FACTOR, error_message=str(outcome), num_partitions=-1,
+                              replication_factor=-1, configs=None)
             elif isinstance(outcome, MetadataUnavailable):  # etcd unreachable: Kafka's controller timeout
                 result.update(error_code=REQUEST_TIMED_OUT, error_message=str(outcome), num_partitions=-1,
                               replication_factor=-1, configs=None)
