@@ -58,9 +58,8 @@ class _Partition:
 class Fetcher:
     """Replication from one source broker."""
 
-    def __init__(self, pool: FetcherPool, source: int) -> None:
-        self.pool = pool
-        self.manager = pool.manager
+    def __init__(self, manager: ReplicaManager, source: int) -> None:
+        self.manager = manager
         self.source = source
         self.partitions: dict[TopicPartition, _Partition] = {}
         self.wake = asyncio.Event()
@@ -110,9 +109,7 @@ class Fetcher:
                 log.exception("replica fetcher from broker %d: cannot apply a response", self.source)
                 await asyncio.sleep(backoff)
                 continue
-            if resp.error_code != NONE:
-                await asyncio.sleep(backoff)
-            elif not self._ready():
+            if resp.error_code != NONE or not self._ready():
                 await asyncio.sleep(backoff)
 
     async def _connection(self) -> BrokerConnection:
@@ -239,7 +236,7 @@ class FetcherPool:
             self.remove(tp)
         fetcher = self.fetchers.get(state.leader)
         if fetcher is None:
-            fetcher = self.fetchers[state.leader] = Fetcher(self, state.leader)
+            fetcher = self.fetchers[state.leader] = Fetcher(self.manager, state.leader)
         fetcher.add(tp, state.leader_epoch)
         self.assigned[tp] = state.leader
 
