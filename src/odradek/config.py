@@ -75,6 +75,9 @@ class BrokerConfig:
     replica_fetch_min_bytes: int = 1
     replica_fetch_max_bytes: int = 1_048_576
     replica_fetch_backoff_ms: int = 1000
+    # KIP-392: None (Kafka's default) lets the leader serve every consumer; a selector name
+    # (replication/selector.py) sends consumers to a replica in their rack.
+    replica_selector_class: str | None = None
     socket_request_max_bytes: int = 104857600
     retention_check_interval_ms: int = 300_000
     cleaner_backoff_ms: int = 15_000
@@ -185,6 +188,8 @@ class BrokerConfig:
             "replica.fetch.max.bytes": str(self.replica_fetch_max_bytes),
             "replica.fetch.backoff.ms": str(self.replica_fetch_backoff_ms),
         }
+        if self.replica_selector_class:
+            out["replica.selector.class"] = self.replica_selector_class
         if self.rack is not None:
             out["broker.rack"] = self.rack
         for setting in BY_BROKER_KEY.values():
@@ -268,6 +273,7 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "replica.fetch.max.bytes": lambda c, v: setattr(c, "replica_fetch_max_bytes", _positive(v, 0)),
     "replica.fetch.backoff.ms": lambda c, v: setattr(c, "replica_fetch_backoff_ms", _positive(v, 0)),
     "advertised.listeners": lambda c, v: _set_advertise(c, _listener(v)),
+    "replica.selector.class": lambda c, v: setattr(c, "replica_selector_class", _selector(v)),
 }
 
 # The broker keys odradek reads from its static configuration (besides the log.* topic
@@ -284,6 +290,13 @@ _ALIASES = {
     # Kafka: log.flush.interval.ms falls back to log.flush.scheduler.interval.ms.
     "log.flush.scheduler.interval.ms": ("log.flush.interval.ms", 1),
 }
+
+
+def _selector(v: str) -> str | None:
+    from .replication.selector import selector_named
+
+    selector_named(v)  # Kafka refuses to start on a class it cannot load; so do we (ValueError)
+    return v.strip() or None
 
 
 def _positive(v: str, minimum: int = 1) -> int:

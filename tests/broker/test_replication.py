@@ -86,7 +86,7 @@ def test_acks_all_is_answered_once_the_follower_has_the_batch(tmp_path, etcd):
     _run(body())
 
 
-def test_followers_refuse_clients_and_epochs_are_checked(tmp_path, etcd):
+def test_followers_refuse_producers_and_old_fetchers_and_epochs_are_checked(tmp_path, etcd):
     async def body():
         servers = await _brokers(tmp_path, etcd)
         b1, b2 = (s.broker for s in servers)
@@ -98,7 +98,9 @@ def test_followers_refuse_clients_and_epochs_are_checked(tmp_path, etcd):
             assert part.error_code == 6  # NOT_LEADER_OR_FOLLOWER
             assert part.current_leader.leader_id == 1  # v10 tells the client where to go
             assert [e.node_id for e in resp.node_endpoints] == [1]
-            fetch = await _call(b2, 1, 12, _fetch_body("e", 0))
+            # A consumer Fetch before v11 (no client metadata) is the leader's alone (KIP-392);
+            # from v11 the follower serves it (tests/broker/test_follower_fetch.py).
+            fetch = await _call(b2, 1, 10, _fetch_body("e", 0))
             assert fetch.responses[0].partitions[0].error_code == 6
             current = await _call(b1, 1, 12, _fetch_body("e", 0, epoch=0))
             assert current.responses[0].partitions[0].error_code == 0

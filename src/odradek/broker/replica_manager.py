@@ -59,6 +59,13 @@ from ..protocol.errors import (
     UNKNOWN_LEADER_EPOCH,
 )
 from ..replication.leader import HighWatermark, LeaderPartition, ProposeIsr
+from ..replication.selector import (
+    NO_PREFERENCE,
+    ClientMetadata,
+    FollowerSnapshot,
+    preferred_read_replica,
+    selector_named,
+)
 
 if TYPE_CHECKING:
     from ..log.partition import PartitionLog
@@ -87,6 +94,9 @@ class ReplicaManager:
         self._fetchers = None  # replica_fetcher.FetcherPool, made on the first follower role
         self._stopped = False
         self._counts: dict[str, tuple[Any, int, tuple]] = {}  # topic -> (id, partitions, configs) the logs know
+        cfg = broker.config
+        self.selector = selector_named(cfg.replica_selector_class, cfg.broker_configs())
+        self._hw_sent: dict[TopicPartition, dict[int, int]] = {}  # led partition -> follower -> high watermark sent
 
     # --- placement (Kafka's controller: AdminUtils.assignReplicasToBrokers) ---------------
 
@@ -232,6 +242,7 @@ class ReplicaManager:
             self._apply(tp, current.replaced(state.isr, state.partition_epoch, now))
             return
         self.following.pop(tp, None)
+        self._hw_sent.pop(tp, None)  # a new leadership: nothing has been sent yet
         if self._fetchers is not None:
             self._fetchers.remove(tp)
         if len(state.replicas) == 1 and current is None:
@@ -265,6 +276,7 @@ class ReplicaManager:
 
     def _become_follower(self, tp: TopicPartition, state: PartitionState) -> None:
         was_leader = self.leaders.pop(tp, None)
+        self._hw_sent.pop(tp, None)
         if was_leader is not None or tp not in self.following:
             log.info("%s-%d: follower of %d at epoch %d", tp[0], tp[1], state.leader, state.leader_epoch)
         if tp[0] == CONSUMER_OFFSETS and self.broker.coordinator is not None:
@@ -281,6 +293,7 @@ class ReplicaManager:
 
     def _stop_partition(self, tp: TopicPartition) -> None:
         self.leaders.pop(tp, None)
+        self._hw_sent.pop(tp, None)
         self.following.pop(tp, None)
         if self._fetchers is not None:
             self._fetchers.remove(tp)
@@ -367,6 +380,46 @@ class ReplicaManager:
         if state.leader != self.node_id:
             raise NotServable(LEADER_NOT_AVAILABLE if state.leader == NO_LEADER else NOT_LEADER_OR_FOLLOWER)
         return self.leaders.get(tp)
+
+    def replica_for_serving(self, tp: TopicPartition, current_leader_epoch: int = -1) -> bool:
+        """KIP-392: a consumer Fetch v11+ may be served by any replica hosted here, up to its
+        own high watermark (Kafka's fetchOnlyFromLeader is false once the request carries
+        client metadata). Returns whether this node leads `tp`; NotServable when it hosts
+        no replica of it or the epoch check fails (Kafka checks it on followers too)."""
+        state = self.image.partition(*tp)
+        if state is None:
+            return True
+        self.check_epoch(tp, current_leader_epoch)
+        if state.leader == self.node_id:
+            return True
+        if tp in self.following and self.node_id in state.replicas:
+            return False
+        raise NotServable(LEADER_NOT_AVAILABLE if state.leader == NO_LEADER else NOT_LEADER_OR_FOLLOWER)
+
+    def preferred_read_replica(self, tp: TopicPartition, fetch_offset: int, client: ClientMetadata) -> int:
+        """Kafka ReplicaManager.findPreferredReadReplica, on the leader, for a consumer: the
+        replica `replica.selector.class` picks among the ISR followers holding `fetch_offset`
+        (replication/selector.py), or NO_PREFERENCE."""
+        leader = self.leaders.get(tp)
+        if self.selector is None or leader is None:
+            return NO_PREFERENCE
+        racks = {b.node_id: b.rack for b in self.image.brokers.values()}
+        followers = [FollowerSnapshot(r.broker_id, r.log_start_offset, r.log_end_offset, r.last_caught_up_ms)
+                     for r in leader.followers.values()]
+        return preferred_read_replica(
+            self.selector, client, fetch_offset, topic_partition=tp, leader_id=self.node_id,
+            leader_rack=self.broker.config.rack, leader_log_end=leader.log_end_offset, followers=followers,
+            isr=leader.isr, racks=racks, now_ms=self.broker.clock())
+
+    def high_watermark_news(self, tp: TopicPartition, replica_id: int, high_watermark: int) -> bool:
+        """Whether a follower's fetch must be answered at once to tell it a high watermark it
+        has not been sent (KIP-392 "the follower's high watermark lags": a follower serving
+        consumers should not wait replica.fetch.wait.max.ms to learn it). Records what is
+        now being sent."""
+        sent = self._hw_sent.setdefault(tp, {})
+        news = sent.get(replica_id, -1) != high_watermark
+        sent[replica_id] = high_watermark
+        return news
 
     def current_leader(self, tp: TopicPartition) -> dict | None:
         """The leader this broker knows, in the `current_leader` field's shape (Produce v10,

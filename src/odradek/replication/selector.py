@@ -22,8 +22,10 @@ the racks from the cluster image.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import importlib
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 NO_PREFERENCE = -1  # Fetch's PreferredReadReplica default: read from the leader
 
@@ -38,11 +40,41 @@ class ReplicaView:
     time_since_caught_up_ms: int  # 0 for the leader
 
 
-Selector = Callable[[str | None, ReplicaView, list[ReplicaView]], ReplicaView]
+@dataclass(frozen=True, slots=True)
+class ClientMetadata:
+    """Kafka's ClientMetadata: who is fetching (Fetch v11+ `rack_id`; the rest for custom selectors)."""
+
+    rack_id: str | None
+    client_id: str = ""
+    client_address: str = ""
 
 
-def leader_selector(client_rack: str | None, leader: ReplicaView, replicas: list[ReplicaView]) -> ReplicaView:
-    return leader
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """Kafka's PartitionView: the candidates (the leader among them) and the leader."""
+
+    replicas: tuple[ReplicaView, ...]
+    leader: ReplicaView
+
+
+@runtime_checkable
+class ReplicaSelector(Protocol):
+    """Kafka's `org.apache.kafka.common.replica.ReplicaSelector`, the plugin interface KIP-392
+    describes, on the broker side where Kafka shipped it. `select` returns the replica the
+    client should read from (the leader, or None, means "stay"). A class named in
+    `replica.selector.class` ("package.module.Class" or "package.module:Class") is made with
+    no arguments and, when it has one, its `configure(configs)` is called with the broker's
+    configuration, as Kafka's Configurable plugins are."""
+
+    def select(self, topic_partition: tuple[str, int], client: ClientMetadata,
+               partition: PartitionView) -> ReplicaView | None: ...
+
+
+class LeaderSelector:
+    """Kafka's LeaderSelector: always the leader."""
+
+    def select(self, topic_partition, client, partition):
+        return partition.leader
 
 
 def _most_caught_up(view: ReplicaView) -> tuple[int, int]:
@@ -50,35 +82,60 @@ def _most_caught_up(view: ReplicaView) -> tuple[int, int]:
     return view.log_end_offset, -view.time_since_caught_up_ms
 
 
-def rack_aware_selector(client_rack: str | None, leader: ReplicaView, replicas: list[ReplicaView]) -> ReplicaView:
-    if not client_rack:
-        return leader
-    same = [r for r in replicas if r.rack == client_rack]
-    if not same:
-        return leader
-    if any(r.broker_id == leader.broker_id for r in same):
-        return leader
-    return max(same, key=lambda r: (_most_caught_up(r), -r.broker_id))  # ties: the lowest id, deterministically
+class RackAwareReplicaSelector:
+    """Kafka's RackAwareReplicaSelector: a replica in the client's rack (the leader if it is
+    there, else the most caught-up one), the leader when the client names no rack or none
+    of the candidates shares it."""
+
+    def select(self, topic_partition, client, partition):
+        rack = client.rack_id
+        if not rack:
+            return partition.leader
+        same = [r for r in partition.replicas if r.rack == rack]
+        if not same:
+            return partition.leader
+        if any(r.broker_id == partition.leader.broker_id for r in same):
+            return partition.leader
+        return max(same, key=lambda r: (_most_caught_up(r), -r.broker_id))  # ties: the lowest id, deterministically
 
 
 RACK_AWARE_CLASS = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
-SELECTORS: dict[str, Selector] = {
-    RACK_AWARE_CLASS: rack_aware_selector,
-    "rack-aware": rack_aware_selector,
-    "org.apache.kafka.common.replica.LeaderSelector": leader_selector,
-    "leader": leader_selector,
+LEADER_CLASS = "org.apache.kafka.common.replica.LeaderSelector"
+SELECTORS: dict[str, type] = {
+    RACK_AWARE_CLASS: RackAwareReplicaSelector,
+    "rack-aware": RackAwareReplicaSelector,
+    LEADER_CLASS: LeaderSelector,
+    "leader": LeaderSelector,
 }
 
 
-def selector_named(name: str | None) -> Selector | None:
-    """`replica.selector.class`: None (unset) means no selection at all; an unknown name
-    raises ValueError (Kafka fails to start on a class it cannot load)."""
-    if not name:
+def selector_named(name: str | None, configs: dict[str, str] | None = None) -> ReplicaSelector | None:
+    """`replica.selector.class`: None (unset) means no selection at all. Kafka's class names
+    and the short names pick the built-ins; any other name is imported as a user's class.
+    A name that cannot be loaded raises ValueError (Kafka fails to start on a class it
+    cannot load)."""
+    if not name or not name.strip():
         return None
+    name = name.strip()
+    cls = SELECTORS.get(name) or _import(name)
+    selector = cls()
+    if not isinstance(selector, ReplicaSelector):
+        raise ValueError(f"replica.selector.class {name!r} has no select(topic_partition, client, partition)")
+    configure = getattr(selector, "configure", None)
+    if callable(configure):
+        configure(dict(configs or {}))
+    return selector
+
+
+def _import(name: str) -> type:
+    module, sep, attr = name.partition(":") if ":" in name else name.rpartition(".")
+    if not module or not attr:
+        raise ValueError(f"replica.selector.class {name!r} is not one of {sorted(SELECTORS)} "
+                         "nor an importable package.module.Class")
     try:
-        return SELECTORS[name.strip()]
-    except KeyError:
-        raise ValueError(f"replica.selector.class {name!r} is not one of {sorted(SELECTORS)}") from None
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"replica.selector.class {name!r} cannot be loaded: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +148,8 @@ class FollowerSnapshot:
     last_caught_up_ms: int
 
 
-def preferred_read_replica(selector: Selector | None, client_rack: str | None, fetch_offset: int, *,
+def preferred_read_replica(selector: ReplicaSelector | None, client: ClientMetadata, fetch_offset: int, *,
+                           topic_partition: tuple[str, int] = ("", 0),
                            leader_id: int, leader_rack: str | None, leader_log_end: int,
                            followers: Iterable[FollowerSnapshot], isr: Collection[int],
                            racks: dict[int, str | None], now_ms: int) -> int:
@@ -106,5 +164,9 @@ def preferred_read_replica(selector: Selector | None, client_rack: str | None, f
         and f.log_start_offset <= fetch_offset <= f.log_end_offset
     ]
     leader = ReplicaView(leader_id, leader_rack, leader_log_end, 0)
-    chosen = selector(client_rack, leader, [*candidates, leader])
-    return NO_PREFERENCE if chosen.broker_id == leader_id else chosen.broker_id
+    chosen = selector.select(topic_partition, client, PartitionView((*candidates, leader), leader))
+    # Kafka: the selector may name the leader, but the leader is never sent back as a
+    # preferred replica, nor is anything that was not offered.
+    if chosen is None or chosen.broker_id == leader_id or all(c.broker_id != chosen.broker_id for c in candidates):
+        return NO_PREFERENCE
+    return chosen.broker_id

@@ -6,11 +6,18 @@ end; with v12+ its `last_fetched_epoch` is checked against the leader epoch cach
 and a log that diverged gets `diverging_epoch` (the end of the follower's last epoch as
 this leader knows it) and no records; otherwise the fetch tells the leader the follower's
 log end (LeaderPartition.follower_fetched), which moves the ISR and the high watermark.
-Consumers (replica id -1) are served by the leader up to the high watermark: an offset
-between the high watermark and the log end is answered empty, past the log end
-OFFSET_OUT_OF_RANGE. `current_leader_epoch` (v9+) older than this broker's is
-FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH; a broker that does not lead the partition
-answers NOT_LEADER_OR_FOLLOWER with the leader it knows (v12+ `current_leader`).
+Consumers (replica id -1) read committed data only: up to the high watermark; an offset
+between it and the log end is answered empty, past the log end OFFSET_OUT_OF_RANGE.
+Before v11 only the leader serves them. From v11 (KIP-392, client metadata with the
+consumer's `rack_id`) any replica hosted here does, up to its own high watermark, and the
+leader, when `replica.selector.class` is set, may answer with no records and a
+`preferred_read_replica` (replication/selector.py) that the consumer then fetches from.
+`current_leader_epoch` (v9+) older than this broker's is FENCED_LEADER_EPOCH, newer
+UNKNOWN_LEADER_EPOCH; a broker that cannot serve the partition answers
+NOT_LEADER_OR_FOLLOWER with the leader it knows (v12+ `current_leader`). A follower's
+fetch is answered at once when the high watermark moved since its previous answer, so
+followers serving consumers are not a replica.fetch.wait.max.ms behind (the seed's
+"needless delay").
 
 Sessions: odradek does not create incremental fetch sessions (an empty session is what
 the issue allows for now): a request with session id 0 is a full fetch and the response
@@ -38,15 +45,17 @@ from ...protocol.errors import (
 )
 from ...replication.follower import OffsetOutOfRange as CannotPlaceFetch
 from ...replication.follower import diverging_epoch
+from ...replication.selector import NO_PREFERENCE, ClientMetadata
 from ..registry import api
 from ..replica_manager import NotServable
 
 ZERO_UUID = uuid.UUID(int=0)
 UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
 ZSTD_FETCH_VERSION = 10  # KIP-110: the first Fetch version whose clients read zstd
+CLIENT_METADATA_VERSION = 11  # KIP-392: rack_id in the request, preferred_read_replica in the answer
 
 
-def _partition(index, code, hw=-1, log_start=-1, records=b"", **extra):
+def _partition(index, code, hw=-1, log_start=-1, records=b"", preferred_read_replica=NO_PREFERENCE, **extra):
     return {**extra,
         "partition_index": index,
         "error_code": code,
@@ -54,7 +63,7 @@ def _partition(index, code, hw=-1, log_start=-1, records=b"", **extra):
         "last_stable_offset": hw,
         "log_start_offset": log_start,
         "aborted_transactions": None,
-        "preferred_read_replica": -1,
+        "preferred_read_replica": preferred_read_replica,
         "records": records,
     }
 
@@ -75,19 +84,30 @@ def replica_of(request) -> tuple[int, int]:
     return int(request.field("replica_id", -1)), -1
 
 
-def _leader_check(broker, tp, p):
-    """None when this broker may serve `p`, else the partition's error response."""
+def _serving_check(broker, tp, p, any_replica: bool):
+    """(refusal, leads): refusal is None when this broker may serve `p`, else the
+    partition's error response; `any_replica`: a consumer Fetch v11+ (KIP-392), which a
+    follower serves too."""
+    epoch = int(getattr(p, "current_leader_epoch", -1))
     try:
-        broker.replicas.leader_for_serving(tp, int(getattr(p, "current_leader_epoch", -1)))
+        if any_replica:
+            return None, broker.replicas.replica_for_serving(tp, epoch)
+        broker.replicas.leader_for_serving(tp, epoch)
+        return None, True
     except NotServable as exc:
         leader = broker.replicas.current_leader(tp)
-        return _partition(p.partition, exc.code, **({"current_leader": leader} if leader else {}))
-    return None
+        return _partition(p.partition, exc.code, **({"current_leader": leader} if leader else {})), False
 
 
-def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1), first_pass=True):
-    """One pass over the requested partitions. Returns (responses, bytes, had_error)."""
+def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1), first_pass=True, client=None):
+    """One pass over the requested partitions. Returns (responses, bytes, answer_now):
+    answer_now when a partition's answer must not wait (an error, a preferred read
+    replica, a high watermark a follower has not been sent)."""
     replica_id, replica_epoch = replica
+    # KIP-392: a consumer naming itself (Fetch v11+ client metadata) may read from a follower,
+    # and the leader may send it to one.
+    any_replica = replica_id < 0 and version >= CLIENT_METADATA_VERSION
+    selecting = any_replica and client is not None and broker.replicas.selector is not None
     budget = body.max_bytes
     total = 0
     had_error = False
@@ -113,11 +133,20 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
                 parts.append(_partition(p.partition, UNSUPPORTED_COMPRESSION_TYPE))
                 continue
             tp = (topic.name, p.partition)
-            refused = _leader_check(broker, tp, p)
+            refused, leads = _serving_check(broker, tp, p, any_replica)
             if refused is not None:
                 parts.append(refused)
                 had_error = True
                 continue
+            if selecting and leads:
+                preferred = broker.replicas.preferred_read_replica(tp, p.fetch_offset, client)
+                if preferred != NO_PREFERENCE:
+                    # Kafka ReplicaManager.readFromLocalLog: with a preferred read replica the
+                    # read is skipped; the answer carries the offsets and the replica, at once.
+                    parts.append(_partition(p.partition, NONE, plog.high_watermark, plog.log_start_offset,
+                                            preferred_read_replica=preferred))
+                    had_error = True
+                    continue
             if replica_id >= 0:
                 last_fetched = int(getattr(p, "last_fetched_epoch", -1))
                 try:
@@ -157,14 +186,25 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
                 parts.append(_partition(p.partition, KAFKA_STORAGE_ERROR, plog.high_watermark, plog.log_start_offset))
                 had_error = True
                 continue
-            if replica_id >= 0 and first_pass:
-                # The high watermark answered is the one read before this fetch counts (Kafka).
-                broker.replicas.follower_fetched(tp, replica_id, p.fetch_offset,
-                                                 int(getattr(p, "log_start_offset", -1)), replica_epoch)
+            hw = result.high_watermark
+            if replica_id >= 0:
+                if first_pass:
+                    broker.replicas.follower_fetched(tp, replica_id, p.fetch_offset,
+                                                     int(getattr(p, "log_start_offset", -1)), replica_epoch)
+                    # Kafka answers the high watermark read before this fetch counted; when the
+                    # fetch itself moved it, odradek answers the new one (the records read do not
+                    # depend on it), so the follower is not a round behind, or a long poll
+                    # behind when nothing else is written.
+                    hw = plog.high_watermark
+                if broker.replicas.high_watermark_news(tp, replica_id, hw):
+                    # KIP-392 "the follower's high watermark lags": a follower that would wait
+                    # replica.fetch.wait.max.ms for records before learning the new high
+                    # watermark serves its consumers stale data meanwhile; answer it now.
+                    had_error = True
             if result.data:
                 first_data = False
                 total += len(result.data)
-            parts.append(_partition(p.partition, NONE, result.high_watermark, result.log_start_offset, result.data))
+            parts.append(_partition(p.partition, NONE, hw, result.log_start_offset, result.data))
         responses.append({"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", ZERO_UUID), "partitions": parts})
     return responses, total, had_error
 
@@ -193,9 +233,12 @@ async def fetch(broker, request):
     deadline = broker.clock() + max_wait_ms
     await broker.open_partitions(_keys(broker, body, by_id))
     replica = replica_of(request)
+    client = None
+    if request.api_version >= CLIENT_METADATA_VERSION and replica[0] < 0:
+        client = ClientMetadata(body.rack_id or None, request.client_id or "", request.client_host)
     first_pass = True
     while True:
-        responses, total, had_error = _read_all(broker, body, by_id, request.api_version, replica, first_pass)
+        responses, total, had_error = _read_all(broker, body, by_id, request.api_version, replica, first_pass, client)
         first_pass = False
         remaining_ms = deadline - broker.clock()
         if total >= body.min_bytes or had_error or remaining_ms <= 0:
