@@ -127,7 +127,7 @@ class Broker:
         self.logs.open_all(self.metadata.topics.values(), self.topic_config)
         self.started = True
         self.replicas.on_image(None, self.metadata.image())
-        await self.coordinator.ensure_topic()
+        await self.coordinator.create_at_start()
 
     def _unclean_election(self, topic: str) -> bool:
         t = self.metadata.get(topic)

@@ -7,9 +7,24 @@ of `__consumer_offsets` (a compacted topic, created at start-up with
 reader that decodes a partition's stored batches, and tells the runtime when topics
 change (each new picture of the topics is numbered upwards, across restarts too).
 
-A single broker leads every partition: at start-up each shard is elected (epoch 0) and
-loaded by replay, and every write is committed as soon as it is appended (the runtime's
-`commit_on_write`; a cluster will complete answers at the high watermark instead).
+Each shard is active on the leader of its partition only (replica_manager elects it with
+the leader epoch, and resigns it when another broker leads or the partition stops here).
+A write to a partition with one replica is committed as soon as it is appended; a write to
+a replicated one is committed when the high watermark passes it (Kafka's coordinator
+runtime completes its deferred answers then): the replica manager reports every high
+watermark move of an offsets partition (`high_watermark_moved`), which releases the
+answers waiting for it. A deposed leader (a zombie) keeps its uncommitted answers
+unreleased, since the followers now fetch from the new leader, until it learns of the new
+leader and resigns, which fails them NOT_COORDINATOR: nothing it accepted after losing
+the lead is ever acknowledged. Answers still waiting after `offsets.commit.timeout.ms`
+fail COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, normalized as
+GroupCoordinatorService does); their records stay in the log and may still commit.
+
+Before a write, the partition must still be led here (else NOT_COORDINATOR) and, as the
+classic coordinator's acks=-1 appends did, have at least `min.insync.replicas` in its ISR
+(else COORDINATOR_NOT_AVAILABLE, Kafka's mapping of NOT_ENOUGH_REPLICAS): nothing is
+appended, and the runtime rebuilds the shard from its log, so the in-memory state is what
+the stored records say.
 
 A write that the disk refuses (StorageError) is reported to the log directory's health
 and raised to the runtime as NOT_COORDINATOR (Kafka maps KafkaStorageException so): the
@@ -21,6 +36,7 @@ every RELOAD_BACKOFF_MS; the other shards serve.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -33,7 +49,7 @@ from ..coordinator.errors import CoordinatorUnavailable
 from ..coordinator.image import MetadataImage
 from ..coordinator.runtime import CoordinatorRuntime
 from ..log.errors import StorageError
-from ..protocol.errors import NOT_COORDINATOR
+from ..protocol.errors import COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, NOT_ENOUGH_REPLICAS
 from ..records.batch import read_header
 from ..records.codec import CodecError, encode_batch, key_values
 
@@ -50,8 +66,11 @@ class GroupCoordinator:
         self._image_version = 0
         self.runtime = CoordinatorRuntime(
             self.config, self._write, self.build_image(), group_overrides=self._group_overrides,
-            reader=lambda p: list(self.read_partition(p)),
+            reader=lambda p: list(self.read_partition(p)), commit_on_write=self._commits_on_write,
         )
+        self.commit_timeout_ms = int(broker.config.extra.get("offsets.commit.timeout.ms", "5000"))
+        self._stalled: dict[int, int] = {}  # partition -> since when answers wait for its high watermark
+        self._creating: asyncio.Future | None = None  # the offsets topic being created
         self.load_time_ms = 0.0
         self.records_loaded = 0
         self.unavailable: dict[int, int] = {}  # shard -> when to try loading it again (ms)
@@ -79,21 +98,54 @@ class GroupCoordinator:
     def topics_changed(self) -> None:
         self.runtime.update_image(self.build_image(), self.broker.clock())
 
+    @property
+    def replication_factor(self) -> int:
+        return int(self.broker.config.extra.get("offsets.topic.replication.factor", "3"))
+
+    def maybe_create_topic(self) -> None:
+        """Create `__consumer_offsets` now if it is missing and enough brokers have
+        registered for its replication factor (or none other can: the embedded store).
+        Otherwise the first FindCoordinator creates it with the brokers there are then
+        (Kafka creates it on the first FindCoordinator too), so a cluster whose brokers
+        start one by one does not get an offsets topic on the first broker alone."""
+        if self.broker.metadata.get(CONSUMER_OFFSETS) is None and self._creating is None and self._enough_brokers():
+            self.broker.replicas._spawn(self.ensure_topic())
+
+    def _enough_brokers(self) -> bool:
+        return self.broker.metadata.single_node or len(self.broker.replicas.image.brokers) >= self.replication_factor
+
+    async def create_at_start(self):
+        """Start-up: the offsets topic if it may be created now (see maybe_create_topic)."""
+        if self.broker.metadata.get(CONSUMER_OFFSETS) is None and self._enough_brokers():
+            await self._create_topic()
+        return self._check_topic()
+
     async def ensure_topic(self):
+        """The offsets topic, created if missing (one creation at a time per broker)."""
+        if self.broker.metadata.get(CONSUMER_OFFSETS) is None:
+            if self._creating is None:
+                self._creating = asyncio.ensure_future(self._create_topic())
+                self._creating.add_done_callback(lambda _f: setattr(self, "_creating", None))
+            await asyncio.shield(self._creating)
+        return self._check_topic()
+
+    async def _create_topic(self) -> None:
         topic = self.broker.metadata.get(CONSUMER_OFFSETS)
         if topic is None:
             # Kafka's offsets.topic.replication.factor (default 3), here capped at the brokers
             # registered when the topic is created.
-            rf = int(self.broker.config.extra.get("offsets.topic.replication.factor", "3"))
+            rf = self.replication_factor
             try:
-                created = await self.broker.create_topics_async([(CONSUMER_OFFSETS, self.config.offsets_topic_partitions, {
+                await self.broker.create_topics_async([(CONSUMER_OFFSETS, self.config.offsets_topic_partitions, {
                     "cleanup.policy": "compact",
                     "segment.bytes": str(self.config.offsets_topic_segment_bytes),
                 })], factors={CONSUMER_OFFSETS: rf})
-                topic = created[0]
             except TopicExists:  # another broker of the cluster created it first
-                topic = self.broker.metadata.get(CONSUMER_OFFSETS)
-        elif topic.partitions != self.config.offsets_topic_partitions:
+                pass
+
+    def _check_topic(self):
+        topic = self.broker.metadata.get(CONSUMER_OFFSETS)
+        if topic is not None and topic.partitions != self.config.offsets_topic_partitions:
             # Kafka never changes this after creation either: group placement depends on it.
             raise SystemExit(
                 f"{CONSUMER_OFFSETS} has {topic.partitions} partitions but offsets.topic.num.partitions="
@@ -101,7 +153,29 @@ class GroupCoordinator:
             )
         return topic
 
+    def _commits_on_write(self, partition: int) -> bool:
+        plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
+        return plog is None or not plog.replicated
+
+    def high_watermark_moved(self, partition: int, high_watermark: int) -> None:
+        """The replica manager moved the high watermark of an offsets partition led here:
+        release the answers waiting for records below it."""
+        self.runtime.complete_up_to(partition, high_watermark - 1)
+        shard = self.runtime.shards.get(partition)
+        if shard is not None and shard.last_committed_offset < shard.last_written_offset:
+            self._stalled[partition] = self.broker.clock()  # progress: the write timeout starts again
+        else:
+            self._stalled.pop(partition, None)
+
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
+        tp = (CONSUMER_OFFSETS, partition)
+        replicas = self.broker.replicas
+        if not replicas.is_leader(tp):
+            # KIP-848 "Fencing" of the coordinator itself: only the partition leader writes.
+            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition} is led elsewhere")
+        if replicas.append_error(tp, -1) == NOT_ENOUGH_REPLICAS:
+            raise CoordinatorUnavailable(COORDINATOR_NOT_AVAILABLE,
+                                         f"{CONSUMER_OFFSETS}-{partition}: fewer in-sync replicas than min.insync.replicas")
         rows = []
         for i, record in enumerate(records):
             key, value = R.encode(record)
@@ -110,9 +184,10 @@ class GroupCoordinator:
         try:
             plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
             # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
-            tp = (CONSUMER_OFFSETS, partition)
             last = plog.append(batch, [read_header(batch)], now_ms, self.epochs.get(partition, SINGLE_NODE_EPOCH)).last_offset
-            self.broker.replicas.appended(tp, plog)
+            if plog.replicated:
+                self._stalled.setdefault(partition, now_ms)
+            replicas.appended(tp, plog)  # may move the high watermark at once (an ISR of one)
             return last
         except StorageError as exc:
             self.broker.storage_failed(exc)
@@ -125,16 +200,33 @@ class GroupCoordinator:
         started = time.perf_counter()
         before = self.records_loaded
         ok = self._load(partition, now_ms)
+        if ok:
+            self._mark_loaded_offsets(partition)
         self.load_time_ms += (time.perf_counter() - started) * 1000
         if self.records_loaded - before > 1000:
             log.info("loaded %d coordinator records of %s-%d", self.records_loaded - before, CONSUMER_OFFSETS, partition)
         return ok
+
+    def _mark_loaded_offsets(self, partition: int) -> None:
+        """Kafka's CoordinatorLoaderImpl ends a load at the log end, committed up to the
+        high watermark: a new leader's records beyond it (the previous leader's last
+        writes) are committed once the followers have them, and answers that describe
+        them wait until then too."""
+        plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
+        shard = self.runtime.shards.get(partition)
+        if plog is None or shard is None or not plog.replicated:
+            return
+        shard.last_written_offset = max(shard.last_written_offset, plog.log_end_offset - 1)
+        shard.last_committed_offset = min(shard.last_written_offset, plog.high_watermark - 1)
+        if shard.last_committed_offset < shard.last_written_offset:
+            self._stalled.setdefault(partition, self.broker.clock())
 
     def resign(self, partition: int, epoch: int | None) -> None:
         """This broker no longer leads `partition`: its shard unloads (issue 18 makes this
         a fail-over; here the requests simply go to the new leader)."""
         self.epochs.pop(partition, None)
         self.unavailable.pop(partition, None)
+        self._stalled.pop(partition, None)
         if partition in self.runtime.shards:
             self.runtime.on_resignation(partition)
 
@@ -168,6 +260,19 @@ class GroupCoordinator:
         for partition, due in list(self.unavailable.items()):
             if now >= due:
                 self._load(partition, now)
+        for partition, since in list(self._stalled.items()):
+            shard = self.runtime.shards.get(partition)
+            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
+                del self._stalled[partition]
+            elif now - since >= self.commit_timeout_ms:
+                # Kafka's write timeout (offsets.commit.timeout.ms): REQUEST_TIMED_OUT,
+                # which GroupCoordinatorService.normalizeException answers as
+                # COORDINATOR_NOT_AVAILABLE. The records stay in the log.
+                del self._stalled[partition]
+                log.warning("%s-%d: coordinator writes not committed after %d ms (high watermark stuck)",
+                            CONSUMER_OFFSETS, partition, now - since)
+                self.runtime.fail_waiting(partition, CoordinatorUnavailable(
+                    COORDINATOR_NOT_AVAILABLE, f"{CONSUMER_OFFSETS}-{partition}: write not committed in time"))
         for partition in self.epochs:
             # A shard whose revert could not read its log is FAILED: elect it again later.
             if partition not in self.runtime.shards and partition not in self.unavailable:

@@ -25,8 +25,9 @@ watermark (which wakes parked fetches and acks=all produces through the purgator
 `replica.lag.time.max.ms / 2` (Kafka's isr-expiration task).
 
 Group coordinator shards follow leadership of their `__consumer_offsets` partition: elected
-with the leader epoch when this node becomes leader, resigned when it stops (issue 18 adds
-waiting for the high watermark before answering).
+with the leader epoch when this node becomes leader, resigned when it stops; high
+watermark moves of those partitions release the coordinator's answers waiting for them
+(broker/coordinator.py).
 """
 
 from __future__ import annotations
@@ -181,6 +182,8 @@ class ReplicaManager:
         for tp, state in changes.followers.items():
             self._become_follower(tp, state)
         if dict(before.brokers) != dict(new.brokers):
+            if self.broker.coordinator is not None:
+                self.broker.coordinator.maybe_create_topic()  # enough brokers now for its factor?
             live = set(new.brokers)
             for tp, leader in self.leaders.items():
                 self._apply(tp, leader.brokers_changed(live, now))
@@ -317,6 +320,9 @@ class ReplicaManager:
                 plog = self.broker.logs.opened(*tp)
                 if plog is not None and plog.replicated:
                     plog.update_high_watermark(effect.offset)
+                    if tp[0] == CONSUMER_OFFSETS and self.broker.coordinator is not None:
+                        # Coordinator answers wait for their records to commit (issue 18).
+                        self.broker.coordinator.high_watermark_moved(tp[1], plog.high_watermark)
                 self.broker.purgatory.notify(tp)
             elif isinstance(effect, ProposeIsr):
                 self._spawn(self._propose(tp, effect))

@@ -54,6 +54,10 @@ class MetadataBackend(Protocol):
     def image(self) -> ClusterImage: ...
     def subscribe(self, listener: Listener) -> None: ...
 
+    # Whether this store can only ever hold this broker (internal topics need not wait
+    # for more brokers to register before they are created at their replication factor).
+    single_node: bool
+
     # --- lifecycle ---
     async def start(self, me: BrokerInfo) -> None: ...
     async def close(self) -> None: ...
@@ -132,6 +136,8 @@ class MirroredReads:
 
 class FileBackend(MirroredReads):
     """The embedded single-node backend over MetadataStore's snapshot and journal."""
+
+    single_node = True  # no other broker can ever join: nothing waits for one
 
     def __init__(self, data_dir: Path, node_id: int = 0, new_id: Callable[[], uuid.UUID] | None = None) -> None:
         self.store = MetadataStore(data_dir, *([new_id] if new_id else []))

@@ -102,6 +102,8 @@ def _describe(exc: BaseException) -> str:
 class EtcdBackend(MirroredReads):
     """MetadataBackend over etcd v3 (see the module docstring)."""
 
+    single_node = False
+
     def __init__(self, endpoints: list[tuple[str, int]], node_id: int, *, prefix: str = "/odradek",
                  lease_ttl_ms: int = 6000, new_id: Callable[[], uuid.UUID] | None = None,
                  unclean: Callable[[str], bool] = lambda topic: False, request_timeout_ms: int = 5000,

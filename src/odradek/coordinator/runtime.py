@@ -145,11 +145,14 @@ class CoordinatorRuntime:
         new_member_id: Callable[[], str] = _random_member_id,
         group_overrides: Callable[[str], dict[str, int]] = lambda _g: {},
         reader: Reader | None = None,
-        commit_on_write: bool = True,
+        commit_on_write: bool | Callable[[int], bool] = True,
     ) -> None:
         self.config = config
         self.writer = writer
         self.reader = reader
+        # Whether a partition's writes are committed once appended (a single replica), or
+        # when the high watermark passes them (the driver calls complete_up_to): a bool for
+        # every partition, or asked per partition.
         self.commit_on_write = commit_on_write
         self.image = image or MetadataImage()
         self.new_member_id = new_member_id
@@ -373,7 +376,7 @@ class CoordinatorRuntime:
             self.records_written += len(records)
             # Offsets committed by this write are undoable until the write commits (never
             # needed when every write commits at once).
-            shard.writing_offset = None if self.commit_on_write else last
+            shard.writing_offset = None if self._commits_on_write(shard.partition) else last
             try:
                 for record in records:
                     shard.replay(record)
@@ -386,8 +389,12 @@ class CoordinatorRuntime:
                 self._defer(shard, functools.partial(reply, response),
                             lambda exc, reply=reply, response=response: reply(
                                 _failed_reply(response, error_code_for(exc))))
-        if records and self.commit_on_write:
+        if records and self._commits_on_write(shard.partition):
             self.complete_up_to(shard.partition, shard.last_written_offset)
+
+    def _commits_on_write(self, partition: int) -> bool:
+        c = self.commit_on_write
+        return c if isinstance(c, bool) else c(partition)
 
     def _defer(self, shard: Shard, on_commit: Callable[[], None], on_fail: Callable[[BaseException], None]) -> None:
         if shard.last_written_offset <= shard.last_committed_offset:
@@ -403,6 +410,13 @@ class CoordinatorRuntime:
             return 0
         shard.commit_up_to(committed_offset)
         return self.deferred[partition].complete_up_to(committed_offset)
+
+    def fail_waiting(self, partition: int, error: BaseException) -> None:
+        """Fail every answer waiting for `partition`'s records to commit (the driver's write
+        timeout). The shard is not reverted: its records are in the log and may commit."""
+        queue = self.deferred.get(partition)
+        if queue is not None:
+            queue.fail_all(error)
 
     def _apply(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
         """Run `op` and what it chains (Then), writing each step; the final response."""

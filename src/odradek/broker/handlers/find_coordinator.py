@@ -8,6 +8,8 @@ keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as InitProducerId
 
 from __future__ import annotations
 
+import logging
+
 from ...cluster.names import CONSUMER_OFFSETS
 from ...protocol.errors import (
     COORDINATOR_NOT_AVAILABLE,
@@ -18,6 +20,7 @@ from ...protocol.errors import (
 from ..registry import api
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+log = logging.getLogger(__name__)
 
 
 def _lookup(broker, key: str, key_type: int) -> dict:
@@ -35,6 +38,9 @@ def _lookup(broker, key: str, key_type: int) -> dict:
     state = None
     if coordinator is not None:
         state = broker.replicas.state(CONSUMER_OFFSETS, coordinator.runtime.partition_for(key))
+    if broker.metadata.get(CONSUMER_OFFSETS) is None and not broker.metadata.single_node:
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
+                "error_message": f"{CONSUMER_OFFSETS} is not created yet"}
     if state is None or state.leader == broker.config.node_id:
         return {"key": key, "node_id": broker.config.node_id, "host": host, "port": port, "error_code": NONE,
                 "error_message": None}
@@ -47,9 +53,16 @@ def _lookup(broker, key: str, key_type: int) -> dict:
 
 
 @api(10, "FindCoordinator", 0, 6)
-def find_coordinator(broker, request):
+async def find_coordinator(broker, request):
     body = request.body
     key_type = int(request.field("key_type", GROUP_KEY))
+    if key_type == GROUP_KEY and broker.coordinator is not None and broker.metadata.get(CONSUMER_OFFSETS) is None:
+        # Kafka creates the offsets topic on the first FindCoordinator for a group, at
+        # offsets.topic.replication.factor capped at the brokers registered now.
+        try:
+            await broker.coordinator.ensure_topic()
+        except Exception as exc:  # noqa: BLE001 - the lookups answer COORDINATOR_NOT_AVAILABLE
+            log.warning("could not create %s: %s", CONSUMER_OFFSETS, exc)
     if request.api_version >= 4:
         return {"throttle_time": 0, "coordinators": [_lookup(broker, k, key_type) for k in body.coordinator_keys]}
     one = _lookup(broker, body.key, key_type)
