@@ -3,7 +3,8 @@
 `AsyncProducer`, `AsyncConsumer`, `AsyncAdmin` are the asyncio API; `Producer`,
 `Consumer`, `Admin` the synchronous facade. The protocol cores they drive are sans-I/O:
 `wire` (framing, correlation ids), `membership` (KIP-848 member), `classic` (classic
-member), `accumulator` (producer batching), `fetcher` (positions and fetches).
+member), `accumulator` (producer batching), `fetcher` (positions and fetches),
+`readreplica` (KIP-392 fetch from the closest replica), `validation` (KIP-320).
 """
 
 from .admin import (
@@ -20,6 +21,7 @@ from .errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    LogTruncationError,
     UnsupportedApiError,
 )
 from .fetcher import ConsumerRecord
@@ -30,6 +32,6 @@ from .sync import Admin, Consumer, Producer
 __all__ = [
     "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "Consumer", "ConsumerRecord", "GroupDescription",
     "GroupListing", "IllegalStateError", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
-    "MemberDescription", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "RebalanceListener",
+    "LogTruncationError", "MemberDescription", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "RebalanceListener",
     "RecordMetadata", "TopicPartition", "UnsupportedApiError",
 ]

@@ -106,6 +106,11 @@ class ClusterView:
             return None
         return p.leader
 
+    def partition(self, tp: TopicPartition) -> PartitionInfo | None:
+        """What metadata says of `tp` (leader, leader epoch, replicas, ISR), None when unknown."""
+        info = self.topics.get(tp.topic)
+        return info.partitions.get(tp.partition) if info else None
+
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)
         return len(info.partitions) if info and info.partitions else None

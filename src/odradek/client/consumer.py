@@ -17,8 +17,10 @@ of the revoked partitions, then `on_partitions_revoked`, then the member acknowl
 then assignments (`on_partitions_assigned`; committed offsets fetched before the first
 fetch of records). Fetching
 is prefetching: after a poll hands out records, fetches for the next ones are already
-in flight, one per leader; `fetcher.Positions` drops anything made stale by a seek,
-pause or rebalance in between.
+in flight, one per broker; `fetcher.Positions` drops anything made stale by a seek,
+pause or rebalance in between. `fetching.FetchDriver` sends them: to each partition's
+leader, or to the replica the leader prefers for `client_rack` (KIP-392), validating
+positions after a leader change (KIP-320).
 
 Auto-commit is at-least-once: what it commits is the position, i.e. the offset after
 the last record an earlier poll returned; it runs at the start of a poll (before new
@@ -42,12 +44,12 @@ from .assignors import ASSIGNORS
 from .cluster import TopicPartition
 from .errors import (
     COORDINATOR_MOVED,
-    STALE_METADATA,
     IllegalStateError,
     KafkaConnectionError,
     KafkaError,
 )
-from .fetcher import ConsumerRecord, Positions, fetch_body
+from .fetcher import ConsumerRecord, Positions
+from .fetching import FetchDriver
 from .member import AssigningMember, GroupMember
 from .membership import ConsumerGroupMember
 from .net import Client
@@ -133,13 +135,15 @@ class AsyncConsumer:
         self._mode: str | None = None  # "assign" | "subscribe"
         self._pattern: re.Pattern | None = None
         self._topics: list[str] | None = None
-        self._fetches: dict[int, asyncio.Task] = {}
         self._wake: asyncio.Event | None = None
         self._group_wake: asyncio.Event | None = None
         self._group_task: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._refreshing: set[str] = set()
-        self._fetch_error: KafkaError | None = None
+        # Fetches, the replica each partition is read from (KIP-392; `fetching.replicas.lease_ms`
+        # is metadata_max_age_ms, as in Java) and position validation (KIP-320).
+        self.fetching = FetchDriver(
+            self.client, self.positions, wake=self._wake_poll, rack=client_rack, max_wait_ms=fetch_max_wait_ms,
+            min_bytes=fetch_min_bytes, max_bytes=fetch_max_bytes, partition_max_bytes=max_partition_fetch_bytes,
+            isolation_level=self.isolation_level, reset_policy=auto_offset_reset)
         self._heartbeat_seen: asyncio.Condition | None = None
         self._closed = False
         self._started = False
@@ -190,8 +194,12 @@ class AsyncConsumer:
             if self._own_client:
                 await self.client.close()
 
+    def _wake_poll(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
     async def _stop_tasks(self) -> None:
-        tasks = [t for t in (self._group_task, *self._fetches.values(), *self._tasks) if t is not None]
+        tasks = [t for t in (self._group_task, *self.fetching.all_tasks()) if t is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -201,7 +209,7 @@ class AsyncConsumer:
                 pass
             except Exception as exc:  # noqa: BLE001 - shutting down: report, do not raise
                 log.debug("consumer task ended with %r", exc)
-        self._fetches.clear()
+        self.fetching.forget_tasks()
 
     # ------------------------------------------------------------------ manual assignment
 
@@ -338,7 +346,7 @@ class AsyncConsumer:
             if self.positions.needing_position():
                 await self._update_positions()
             records = self.positions.take(limit)
-            self._start_fetches()
+            self.fetching.start()
             if records:
                 return records
             remaining = deadline - time.monotonic()
@@ -361,8 +369,8 @@ class AsyncConsumer:
     def _raise_pending(self) -> None:
         if self.member is not None and self.member.error is not None:
             raise self.member.error
-        if self._fetch_error is not None:
-            err, self._fetch_error = self._fetch_error, None
+        if self.fetching.error is not None:
+            err, self.fetching.error = self.fetching.error, None
             raise err
 
     # ------------------------------------------------------------------ positions
@@ -390,91 +398,6 @@ class AsyncConsumer:
                 s = self.positions.parts.get(tp)
                 if s is not None and s.position is None:
                     s.position, s.reset = ot.offset, None
-
-    # ------------------------------------------------------------------ fetching
-
-    def _start_fetches(self) -> None:
-        leaders = {}
-        for tp in self.positions.fetchable():
-            node = self.client.cluster.leader(tp)
-            if node is None:
-                if tp.topic not in self._refreshing:
-                    self._refreshing.add(tp.topic)
-                    self._spawn(self._refresh_and_wake(tp.topic))
-            else:
-                leaders[tp] = node
-        for node, items in self.positions.plan(leaders).items():
-            t = self._fetches.get(node)
-            if t is None or t.done():
-                self._fetches[node] = asyncio.get_running_loop().create_task(self._fetch(node, items))
-
-    async def _refresh_and_wake(self, topic: str) -> None:
-        try:
-            await self.client.refresh_metadata([topic])
-        except KafkaError as exc:
-            log.debug("metadata for %s: %s", topic, exc)
-            await asyncio.sleep(self.client.backoff)
-        finally:
-            self._refreshing.discard(topic)
-            self._wake.set()  # poll may be waiting for exactly this leader
-
-    def _spawn(self, coro) -> None:
-        t = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
-
-    async def _fetch(self, node: int, items: list[tuple[TopicPartition, int, int]]) -> None:
-        offsets = {tp: offset for tp, offset, _ in items}
-        body = fetch_body(offsets, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
-                          max_bytes=self.fetch_max_bytes, partition_max_bytes=self.max_partition_fetch_bytes,
-                          isolation_level=self.isolation_level, rack=self.rack)
-        stale = False
-        try:
-            resp = await self.client.send(node, Api.FETCH, body,
-                                          timeout=self.client.request_timeout + self.fetch_max_wait_ms / 1000)
-            if resp.error_code != ErrorCode.none:
-                raise KafkaError(resp.error_code, "Fetch")
-            for t in resp.responses:
-                for p in t.partitions:
-                    tp = TopicPartition(t.topic, int(p.partition_index))
-                    if tp not in offsets:
-                        continue
-                    code = p.error_code
-                    if code == ErrorCode.none:
-                        self.positions.on_partition(tp, offsets[tp], p.records, int(p.high_watermark))
-                    elif code == ErrorCode.offset_out_of_range:
-                        self._out_of_range(tp, offsets[tp])
-                    elif code in STALE_METADATA:
-                        stale = True
-                    else:
-                        self._fetch_error = KafkaError(code, f"Fetch {tp}")
-            if stale:
-                # The leader moved (or the topic went): refresh, and back off before the
-                # next fetch so a broker that keeps disagreeing is not hammered.
-                await self.client.refresh_metadata([tp.topic for tp in offsets])
-                await asyncio.sleep(self.client.backoff)
-        except KafkaError as exc:
-            if exc.retriable:
-                log.debug("fetch from node %s failed: %s", node, exc)
-                await asyncio.sleep(self.client.backoff)
-                if isinstance(exc, KafkaConnectionError) or exc.code in STALE_METADATA:
-                    self._spawn(self.client.refresh_metadata())
-            else:
-                self._fetch_error = exc
-        finally:
-            self._wake.set()
-
-    def _out_of_range(self, tp: TopicPartition, offset: int) -> None:
-        s = self.positions.parts.get(tp)
-        if s is None or s.position != offset:
-            return
-        if self.auto_offset_reset == "none":
-            self._fetch_error = KafkaError(ErrorCode.offset_out_of_range,
-                                           f"{tp}: offset {offset} is out of range and auto_offset_reset=none",
-                                           retriable=False)
-            return
-        log.info("%s: offset %d out of range, resetting to %s", tp, offset, self.auto_offset_reset)
-        s.position, s.reset = None, self.auto_offset_reset
 
     # ------------------------------------------------------------------ offsets
 

@@ -93,6 +93,18 @@ class UnsupportedApiError(KafkaError):
                          retriable=False)
 
 
+class LogTruncationError(KafkaError):
+    """KIP-320: the log under the consumer's position was truncated (an unclean leader
+    election lost records it had read) and auto_offset_reset is none: Java's
+    LogTruncationException (an OffsetOutOfRangeException, hence the code). `divergent_offsets`
+    maps each partition to the first offset known to diverge, None when the leader knows no
+    epoch that old. The position is left as it was: seek() to go on."""
+
+    def __init__(self, divergent_offsets: dict, message: str) -> None:
+        super().__init__(ErrorCode.offset_out_of_range, message, retriable=False)
+        self.divergent_offsets = dict(divergent_offsets)
+
+
 class IllegalStateError(Exception):
     """The call is not allowed in the client's current state (e.g. poll with no subscription)."""
 

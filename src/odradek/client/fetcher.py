@@ -11,6 +11,14 @@ a chunk whose fetch position still equals the partition's position and whose par
 is still assigned and not paused, so a seek, a pause or a rebalance in between makes
 stale data vanish instead of surfacing (Java's CompletedFetch check). Positions advance
 only as records are handed out, which is what makes auto-commit at-least-once.
+
+Each position also remembers the leader epoch of the record before it (`position_epoch`,
+Java's FetchPosition.offsetEpoch), which KIP-320 validation checks against a new leader, and
+the leader (node and epoch) it is fetched under, which every Fetch names as
+`current_leader_epoch` so that a stale broker answers FENCED_LEADER_EPOCH instead of data. A
+partition whose position awaits validation (`validating`) is neither fetched nor handed
+out. Which replica a partition is read from (KIP-392) is `readreplica`'s business; its
+state lives here too so that it goes when the partition goes.
 """
 
 from __future__ import annotations
@@ -43,9 +51,31 @@ class ConsumerRecord(NamedTuple):
 class PartitionState:
     position: int | None = None
     paused: bool = False
-    leader_epoch: int = -1
+    leader_epoch: int = -1  # of `leader`: what Fetch and OffsetsForLeaderEpoch send as current_leader_epoch
     high_watermark: int = -1
     reset: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
+    leader: int = -1  # the partition's leader as metadata last named it (-1: not yet looked at)
+    # KIP-320: the leader epoch of the record before `epoch_of`; it means something only
+    # while the position is still `epoch_of` (a seek or reset makes it moot without a word).
+    offset_epoch: int = -1
+    epoch_of: int | None = None
+    validate_at: int | None = None  # KIP-320: the position awaiting OffsetsForLeaderEpoch
+    # KIP-392: the replica the leader prefers for this consumer, until the lease ends.
+    preferred: int = -1
+    preferred_until_ms: float = 0.0
+    # Until then the leader is asked without the client's rack: the replica it would name
+    # is unreachable from here (readreplica.ReadReplicas.unreachable).
+    rackless_until_ms: float = 0.0
+
+    @property
+    def position_epoch(self) -> int:
+        """The leader epoch of the record before the position, -1 when unknown."""
+        return self.offset_epoch if self.epoch_of is not None and self.epoch_of == self.position else -1
+
+    @property
+    def validating(self) -> bool:
+        """KIP-320: the position must be checked with the leader before it is fetched from."""
+        return self.validate_at is not None and self.validate_at == self.position
 
 
 @dataclass(slots=True)
@@ -55,15 +85,20 @@ class Completed:
     records: deque  # ConsumerRecord, offsets >= fetch_offset
     next_offset: int  # position after the whole chunk (skips control records and gaps)
     high_watermark: int
+    last_epoch: int = -1  # leader epoch of the chunk's last batch: the epoch of position next_offset
 
 
 def fetch_body(offsets: dict[TopicPartition, int], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
-               partition_max_bytes: int, isolation_level: int = 0, rack: str | None = None) -> dict:
-    """A Fetch request (v4-12 fields; no incremental session) for `offsets`, tp -> fetch offset."""
+               partition_max_bytes: int, isolation_level: int = 0, rack: str | None = None,
+               epochs: dict[TopicPartition, int] | None = None) -> dict:
+    """A Fetch request (v4-12 fields; no incremental session) for `offsets`, tp -> fetch offset.
+    `epochs`: tp -> the leader epoch the client knows (KIP-320 `current_leader_epoch`: a broker
+    with a newer one answers FENCED_LEADER_EPOCH, one with an older UNKNOWN_LEADER_EPOCH)."""
     topics: dict[str, list[dict]] = {}
     for tp, offset in offsets.items():
+        epoch = epochs.get(tp, -1) if epochs else -1
         topics.setdefault(tp.topic, []).append({
-            "partition": tp.partition, "current_leader_epoch": -1, "fetch_offset": offset,
+            "partition": tp.partition, "current_leader_epoch": epoch, "fetch_offset": offset,
             "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max_bytes})
     return {"cluster_id": None, "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": min_bytes,
             "max_bytes": max_bytes, "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
@@ -111,6 +146,8 @@ class Positions:
             raise KeyError(tp)
         s.position = offset
         s.reset = None
+        # Java seek(): a position with no epoch, so nothing to validate (even at the same offset).
+        s.epoch_of = s.validate_at = None
 
     # -------------------------------------------------------------- fetching
 
@@ -137,10 +174,12 @@ class Positions:
     def fetchable(self) -> list[TopicPartition]:
         buffered = self._buffered()
         return [tp for tp, s in self.parts.items()
-                if s.position is not None and not s.paused and buffered.get(tp, (0, 0))[0] <= self.PREFETCH]
+                if s.position is not None and not s.paused and not s.validating
+                and buffered.get(tp, (0, 0))[0] <= self.PREFETCH]
 
     def plan(self, leaders: dict[TopicPartition, int]) -> dict[int, list[tuple[TopicPartition, int, int]]]:
-        """node -> [(tp, fetch offset, leader epoch)] for every fetchable partition with a known leader."""
+        """node -> [(tp, fetch offset, leader epoch)] for every fetchable partition with a known
+        node to fetch from (`leaders`: tp -> its leader, or the replica it is read from)."""
         out: dict[int, list[tuple[TopicPartition, int, int]]] = {}
         buffered = self._buffered()
         for tp in self.fetchable():
@@ -155,8 +194,10 @@ class Positions:
                      high_watermark: int) -> None:
         """A partition's data from a Fetch response with no error."""
         s = self.parts.get(tp)
-        if s is None or self.next_fetch_offset(tp) != fetch_offset:
-            return  # revoked or sought meanwhile: drop (the 0.9 design: stale fetches are discarded)
+        if s is None or s.validating or self.next_fetch_offset(tp) != fetch_offset:
+            # Revoked or sought meanwhile (the 0.9 design: stale fetches are discarded), or
+            # fetched before a leader change whose validation is pending (KIP-320).
+            return
         s.high_watermark = high_watermark
         if not records_bytes:
             return
@@ -169,12 +210,14 @@ class Positions:
         append = out.append
         topic, partition = tp
         next_offset = fetch_offset
+        last_epoch = -1
         for b in batches:
             h = b.header
             last = h.base_offset + h.last_offset_delta
             if last < fetch_offset:
                 continue
             next_offset = last + 1
+            last_epoch = h.partition_leader_epoch
             if b.is_control:
                 continue  # transaction markers are never shown to the application
             ts_type = b.timestamp_type
@@ -184,7 +227,7 @@ class Positions:
                     append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value,
                                           tuple((x.key, x.value) for x in r.headers) if r.headers else (), epoch))
         if next_offset > fetch_offset:
-            self.buffer.append(Completed(tp, fetch_offset, out, next_offset, high_watermark))
+            self.buffer.append(Completed(tp, fetch_offset, out, next_offset, high_watermark, last_epoch))
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` records, advancing positions as they are handed out."""
@@ -192,19 +235,22 @@ class Positions:
         while self.buffer and len(taken) < max_records:
             c = self.buffer[0]
             s = self.parts.get(c.tp)
-            if s is None or s.paused or s.position != c.fetch_offset:
-                self.buffer.popleft()  # stale: revoked, paused or sought since it was fetched
+            if s is None or s.paused or s.validating or s.position != c.fetch_offset:
+                self.buffer.popleft()  # stale: revoked, paused, sought or validating since it was fetched
                 continue
             room = max_records - len(taken)
             recs = c.records
             if len(recs) <= room:
                 taken.extend(recs)
                 s.position = c.next_offset
+                if c.last_epoch >= 0:
+                    s.offset_epoch, s.epoch_of = c.last_epoch, c.next_offset
                 self.buffer.popleft()
             else:
                 chunk = [recs.popleft() for _ in range(room)]
                 taken.extend(chunk)
                 s.position = c.fetch_offset = chunk[-1].offset + 1
+                s.offset_epoch, s.epoch_of = chunk[-1].leader_epoch, s.position
         return taken
 
     def drop_buffered(self, tps=None) -> None:

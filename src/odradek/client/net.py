@@ -306,6 +306,10 @@ class Client:
 
         await self.call(attempt)
 
+    def metadata_age(self) -> float:
+        """Seconds since the last successful Metadata response."""
+        return time.monotonic() - self._metadata_at
+
     async def ensure_topics(self, topics: list[str], *, max_age: float | None = None) -> None:
         stale = time.monotonic() - self._metadata_at > (self.metadata_max_age if max_age is None else max_age)
         if stale or any(t not in self.cluster.topics for t in topics):

@@ -37,6 +37,7 @@ class Api(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DELETE_TOPICS = 20
     DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
@@ -64,6 +65,9 @@ CLIENT_VERSIONS: dict[Api, tuple[int, int]] = {
     Api.API_VERSIONS: (0, 3),
     Api.CREATE_TOPICS: (2, 7),
     Api.INIT_PRODUCER_ID: (0, 4),
+    # KIP-320 position validation; v3 is the first with replica_id (-1: a consumer, whose
+    # answer the broker caps at the high watermark, KIP-392), as Java's consumer requires.
+    Api.OFFSET_FOR_LEADER_EPOCH: (3, 4),
     Api.DELETE_TOPICS: (1, 6),
     Api.DELETE_GROUPS: (0, 2),
     Api.CREATE_PARTITIONS: (0, 3),
