@@ -12,9 +12,11 @@ CASES = {
     "assign-before-revoke": ({"coordinator-ownership", "client-ownership"}, "consumer", range(0, 6)),
     "accept-zombie-commits": ({"commit-fencing"}, "consumer", range(0, 12)),
     "unbalanced-assignor": ({"stable-assignment"}, "consumer", range(0, 6)),
-    "stuck-revocation": ({"liveness"}, "consumer", range(10, 30)),
+    "stuck-revocation": ({"liveness"}, "consumer", range(0, 30)),
     "lost-writes": ({"epochs", "commit-fencing"}, "consumer", range(0, 20)),
     "replay-skips-offsets": ({"replay"}, "consumer", range(0, 6)),
+    "commit-on-write": ({"fenced-coordinator"}, "consumer", range(0, 12)),
+    "no-truncation": ({"fenced-coordinator"}, "consumer", range(25, 40)),
 }
 
 

@@ -33,7 +33,10 @@ def test_the_seeds_cover_every_fault_kind_and_do_real_work(results):
     kinds = collections.Counter(k for r in results for k in r.faults.split(",") if k)
     assert set(kinds) == set(KINDS), kinds
     assert min(kinds.values()) >= 50  # swarm testing: each kind on in about half of the seeds
-    assert sum(r.coordinator_crashes for r in results) >= 100
+    # Fail-overs of both kinds: the coordinator broker crashes (and is elected again), and
+    # leadership moves to another broker with the old one a zombie for a while.
+    assert sum(r.coordinator_crashes for r in results) >= 60
+    assert sum(r.coordinator_moves for r in results) >= 60
     assert sum(r.commits_rejected for r in results) > 0 and sum(r.commits_accepted for r in results) > 1000
     assert sum(r.partition_movements for r in results) > 500 and sum(r.rebalances for r in results) > 500
     for protocol in PROTOCOLS:

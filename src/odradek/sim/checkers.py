@@ -23,19 +23,43 @@ checker states one property from the specifications:
                          at the epoch it sends, the partition having since gone to another
                          member) is rejected; a commit from the current holder whose epoch
                          lies between the assignment epoch and the member's epoch is not;
-                         accepted offsets of a partition never go backwards
+                         accepted offsets of a partition never go backwards. Judged
+                         on the current coordinator's answers; an answer that the
+                         coordinator could not decide (it moved, or the write timed
+                         out: COORDINATOR_NOT_AVAILABLE and the like) is no verdict
   replay                 the coordinator's log, replayed into a fresh shard, gives the
-                         state the live shard has (checked at every crash, and at the end)
+                         state the live shard has (checked at every crash and move, and at
+                         the end)
+  fenced-coordinator     no commit a fenced coordinator took is visible after fail-over:
+                         every commit acknowledged to a client (by any broker, a zombie
+                         too) is in the log of the coordinator after each fail-over, at its
+                         offset and leader epoch; nothing a deposed leader appended after it
+                         was deposed is in that log; and the new coordinator's offsets are
+                         exactly what that log's commits say (checked at every fail-over,
+                         when a zombie hears it was deposed, and at the end)
   liveness               (in run.py) once faults stop, the group converges in bounded time
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from odradek.coordinator import records as R
 from odradek.coordinator.classic.model import ClassicState
 from odradek.coordinator.consumer.model import GroupState
 from odradek.coordinator.consumer_protocol import decode_assignment
+from odradek.protocol.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    NOT_COORDINATOR,
+    REQUEST_TIMED_OUT,
+)
 
 OFFSET_COMMIT = 8
+# Answers that say the coordinator could not decide, not what it decided: retried by the
+# client (at the coordinator it finds next). A write that timed out may still commit.
+UNDECIDED = frozenset(int(c) for c in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+                                       REQUEST_TIMED_OUT))
 
 
 def consumer_group(world):
@@ -363,6 +387,8 @@ class CommitFencing(Checker):
                         world.violation(self.name, f"committed offset of {tp} went back from {last} to "
                                                    f"{offsets[tp]}")
                     self.committed[tp] = offsets[tp]
+                elif code in UNDECIDED:
+                    continue
                 else:
                     self.rejected += 1
                     if verdict == "accept":
@@ -373,6 +399,96 @@ class CommitFencing(Checker):
         """An explicit reset: the topic's offsets start again."""
         for tp in [tp for tp in self.committed if tp[0] == name]:
             del self.committed[tp]
+
+
+class _Ack(NamedTuple):
+    broker: int  # who acknowledged it
+    partition: int  # of __consumer_offsets
+    offset: int  # of the commit's record there
+    entry: object  # sim/replication.Entry: (leader epoch, key, value)
+    tp: tuple[str, int]
+    committed: int  # the committed offset the client was told is stored
+
+
+class FencedCoordinator(Checker):
+    """Issue 18: across coordinator fail-overs, acknowledged commits stay and a zombie's do not
+    show. Observes every broker's answers (sim/cluster.py `all_observers`) and is asked to
+    judge after every fail-over (`after_failover`) and at the end (`final`)."""
+
+    name = "fenced-coordinator"
+
+    def __init__(self, world) -> None:
+        self.world = world
+        self.acked: dict[tuple[int, int], _Ack] = {}  # (partition, log offset) -> the acknowledged commit there
+        self.checks = 0
+
+    def on_response(self, coordinator, request, body: dict) -> None:
+        if request.api_key != OFFSET_COMMIT:
+            return
+        ok = {(t["name"], int(p["partition_index"])) for t in body.get("topics", []) for p in t["partitions"]
+              if int(p["error_code"]) == 0}
+        if not ok:
+            return
+        group = request.body.group_id
+        recorded = set()
+        for partition, offset, entry in coordinator.entries_written(request):
+            if not R.is_offset_commit(entry.key) or entry.value is None:
+                continue
+            fields = R.offset_commit_fields(entry.key, entry.value)
+            if fields[0] == group and (fields[1], fields[2]) in ok:
+                recorded.add((fields[1], fields[2]))
+                self.acked[(partition, offset)] = _Ack(coordinator.node_id, partition, offset, entry,
+                                                       (fields[1], fields[2]), fields[3])
+        for tp in sorted(ok - recorded):
+            self.world.violation(self.name, f"b{coordinator.node_id} acknowledged the commit of {tp} by "
+                                            f"{(request.body.member_id or '')[:8]} without a record of it in its log")
+
+    def after_failover(self, world, when: str) -> None:
+        c = world.coordinator
+        leader = c.leader
+        if not leader.up:
+            return
+        self.checks += 1
+        for key, ack in sorted(self.acked.items()):
+            log = leader.logs[ack.partition].entries
+            if ack.offset >= len(log) or log[ack.offset] != ack.entry:
+                del self.acked[key]  # reported once
+                world.violation(self.name, f"{when}: the commit of {ack.tp} at {ack.committed}, acknowledged by "
+                                           f"b{ack.broker} at leader epoch {ack.entry.epoch} (record "
+                                           f"{ack.partition}:{ack.offset}), is not in the log of {leader}, the "
+                                           f"coordinator now")
+        for partition in c.partitions:
+            self._check_log(world, when, leader, partition)
+
+    def _check_log(self, world, when: str, leader, partition: int) -> None:
+        c = world.coordinator
+        newest: dict[bytes, bytes | None] = {}  # offset commit key -> the value its last record gives
+        for i, e in enumerate(leader.logs[partition].entries):
+            start = c.deposed.get((partition, e.epoch))
+            if start is not None and i >= start:
+                world.violation(self.name, f"{when}: record {partition}:{i} of {leader}'s log was appended at "
+                                           f"leader epoch {e.epoch} after that leader was deposed")
+                return
+            if R.is_offset_commit(e.key):
+                newest[e.key] = e.value
+        shard = leader.runtime.shards.get(partition)
+        if shard is None:
+            return
+        expected: dict[str, dict[tuple[str, int], tuple]] = {}
+        for key, value in newest.items():
+            if value is not None:
+                g, topic, p, offset, epoch, metadata, ts = R.offset_commit_fields(key, value)
+                expected.setdefault(g, {})[(topic, p)] = (offset, epoch, metadata, ts)
+        live = {g: {tp: tuple(entry) for tp, entry in offsets.items()} for g, offsets in shard.offsets.items()}
+        if live != expected:
+            g = next(g for g in sorted(set(live) | set(expected)) if live.get(g) != expected.get(g))
+            mine, theirs = live.get(g, {}), expected.get(g, {})
+            tp = next(tp for tp in sorted(set(mine) | set(theirs)) if mine.get(tp) != theirs.get(tp))
+            world.violation(self.name, f"{when}: {leader}'s offsets of group {g} say {tp} is {mine.get(tp)}, its "
+                                       f"log says {theirs.get(tp)}")
+
+    def final(self, world) -> None:
+        self.after_failover(world, "at the end")
 
 
 class Replay(Checker):

@@ -1,22 +1,47 @@
-"""The coordinator inside the simulation: the real runtime and handlers, a log kept in memory.
+"""One coordinator broker inside the simulation: the real runtime and handlers over a replicated log.
 
 Theory of operation: this is the broker's group-coordinator path with the sockets, disk and
 wall clock taken out. A request frame from a link is parsed by the broker's
 `parse_request`, handled by the broker's own API handler (ConsumerGroupHeartbeat,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch) or, for the two requests the coordinator
 parks (JoinGroup, SyncGroup), translated by the handler's own functions and run with a
-reply callback of ours; the answer is encoded by `encode_response`. The runtime is the
-real `CoordinatorRuntime`: its records are encoded with the real record codec and kept in
-a list per `__consumer_offsets` partition, which is what a crash leaves behind and what a
-restart replays (`on_election`, as a broker that becomes coordinator loads its log).
+reply callback of ours; the answer is encoded by `encode_response`.
 
-Each link's requests are handled in arrival order, and a parked request holds back the ones
-behind it until it is answered, as the broker mutes a connection. A crash forgets every
-parked request and every timer; their clients time out.
+The runtime is the real `CoordinatorRuntime` of a broker in a cluster (`commit_on_write=
+False`): its records are encoded with the real record codec and appended at this broker's
+leader epoch to its replica of the `__consumer_offsets` partition (sim/replication.py),
+and an answer is released only when the high watermark passes the records it waits for
+(`complete_up_to`). The high watermark is the broker's own `LeaderPartition`
+(replication/leader.py): the followers' fetches move it (sim/cluster.py), and on a broker
+alone in its ISR every append moves it at once. Becoming leader loads the shard by
+replaying this broker's replica (`on_election`); ceasing to lead unloads it
+(`on_resignation`: parked requests and answers not yet released fail NOT_COORDINATOR).
+A broker that is deposed without hearing of it (a zombie, sim/cluster.py) goes on as
+leader: its appends are never copied, so its high watermark never passes them.
+
+Two rules are the broker's driver's (broker/coordinator.py), mirrored here: a load ends
+at the log end but is committed only up to the high watermark (Kafka's
+CoordinatorLoaderImpl; a new leader's records past it are the old leader's last writes,
+and answers that describe them wait until the followers have them), and answers still
+waiting `COMMIT_TIMEOUT_MS` after the high watermark last moved fail
+COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, offsets.commit.timeout.ms); their
+records stay in the log and may still commit.
+
+Handlers answer at once or with a future (broker/coordinated.py `answer`). The future
+needs an asyncio loop to be created in, so each handler call runs inside one
+(`_call_handler`); the loop never runs anything else and no time passes in it: the
+answer is taken from the future when the runtime's deferred answer settles.
+
+Each link's requests are handled in arrival order, and a request whose answer waits holds
+back the ones behind it until it is answered, as the broker mutes a connection. A crash
+forgets every parked request, every answer waiting and every timer; their clients time out.
+Constructed alone (no cluster), the broker leads every partition at epoch 0 with itself as
+the whole ISR: a single node, whose writes commit as they are appended.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from collections import deque
@@ -34,18 +59,26 @@ from odradek.broker.handlers.classic_group import (
 from odradek.broker.handlers.consumer_group import consumer_group_heartbeat
 from odradek.broker.handlers.offsets import offset_commit, offset_fetch
 from odradek.broker.registry import supported_versions
+from odradek.cluster.image import PartitionState
 from odradek.coordinator import dispatch
 from odradek.coordinator import records as R
+from odradek.coordinator.classic.rebalance import error_join, sync_error
 from odradek.coordinator.config import CoordinatorConfig
+from odradek.coordinator.errors import CoordinatorUnavailable, error_code_for
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.runtime import CoordinatorRuntime
 from odradek.coordinator.shard import Shard
+from odradek.protocol.errors import COORDINATOR_NOT_AVAILABLE
 from odradek.protocol.messages import Request, encode_response, parse_request
+from odradek.replication.leader import HighWatermark, LeaderPartition, ProposeIsr
 
 from .network import Link
+from .replication import Entry, ReplicaLog
 
 JOIN_GROUP, SYNC_GROUP = 11, 14
 _HANDLERS = {68: consumer_group_heartbeat, 12: heartbeat_api, 13: leave_group, 8: offset_commit, 9: offset_fetch}
+COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms, Kafka's default
+_LOOP: asyncio.AbstractEventLoop | None = None
 
 
 @dataclass
@@ -57,7 +90,7 @@ class SimTopic:
 
 
 class SimMetadata:
-    """What the handlers ask of the broker's metadata store."""
+    """What the handlers ask of the broker's metadata store (one for the whole cluster)."""
 
     def __init__(self) -> None:
         self.topics: dict[str, SimTopic] = {}
@@ -75,83 +108,222 @@ class SimMetadata:
         return MetadataImage.of([(t.name, t.topic_id, t.partitions) for t in self.topics.values()], (), version)
 
 
+def _call_handler(handler, host, request):
+    """handler(host, request) with an asyncio loop running, so an answer that waits for its
+    commit can be a future (broker/coordinated.py); nested calls reuse the running one."""
+    global _LOOP
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return handler(host, request)
+    if _LOOP is None:
+        _LOOP = asyncio.new_event_loop()
+
+    async def call():
+        return handler(host, request)
+
+    return _LOOP.run_until_complete(call())
+
+
+class _Runtime:
+    """The runtime as the handlers see it, keeping the answer handle of the last `submit`."""
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self._runtime = runtime
+        self.last = None
+
+    def submit(self, group_id, op, now_ms):
+        self.last = self._runtime.submit(group_id, op, now_ms)
+        return self.last
+
+    def __getattr__(self, name: str):
+        return getattr(self._runtime, name)
+
+
 class _CoordinatorView:
     """`broker.coordinator` for the handlers."""
 
     def __init__(self, runtime: CoordinatorRuntime) -> None:
-        self.runtime = runtime
+        self.runtime = _Runtime(runtime)
 
 
 class SimCoordinator:
-    """The handlers' `broker` (broker/coordinated.CoordinatorHost): coordinator, metadata, clock."""
+    """One broker: the handlers' `broker` (broker/coordinated.CoordinatorHost) and its replicas."""
 
     def __init__(self, config: CoordinatorConfig, rng: random.Random, clock: Callable[[], int],
-                 send_down: Callable[[Link, bytes], None]) -> None:
+                 send_down: Callable[[Link, bytes], None], *, node_id: int = 0, metadata: SimMetadata | None = None,
+                 cluster=None) -> None:
         self.config = config
         self.rng = rng
         self.clock = clock
         self.send_down = send_down
-        self.metadata = SimMetadata()
+        self.node_id = node_id
+        self.metadata = metadata or SimMetadata()
+        self.cluster = cluster  # sim/cluster.SimCluster, or None: a single node
         self.supported = supported_versions()
-        self.log: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(config.offsets_topic_partitions)}
+        self.partitions = range(config.offsets_topic_partitions)
+        self.logs: dict[int, ReplicaLog] = {p: ReplicaLog() for p in self.partitions}
+        self.view: dict[int, PartitionState] = {}  # what this broker knows of each partition's leadership
+        self.leading: dict[int, LeaderPartition] = {}  # partitions it leads (or believes it does)
         self.up = True
         self.image_version = 0
-        self.queues: dict[int, deque[bytes]] = {}  # link id -> frames waiting behind a parked request
-        self.parked: set[int] = set()  # links whose head request awaits its reply
+        self.queues: dict[int, deque[bytes]] = {}  # link id -> frames waiting behind an unanswered request
+        self.parked: set[int] = set()  # links whose head request awaits its answer
         self.links: dict[int, Link] = {}
         self.observers: list = []  # on_request(coordinator, request), on_response(coordinator, request, response)
         self.crashes = 0
+        self._appended: set[int] = set()  # partitions appended to since the last flush
+        self._stalled: dict[int, int] = {}  # partition -> since when answers wait for its high watermark
+        self._depth = 0  # runtime calls under way (answers released inside them are flushed after)
+        self._current: Request | None = None  # the request whose operation is writing
+        self.writes: dict[int, list[tuple[int, int]]] = {}  # id(request) -> (partition, offset) it appended
         self.runtime = self._new_runtime()
-        for p in self.log:
-            self.runtime.on_election(p, 0, clock())
         self.coordinator = _CoordinatorView(self.runtime)
+        if cluster is None:
+            me = (node_id,)
+            for p in self.partitions:
+                self.become_leader(p, PartitionState(me, node_id, 0, me), clock())
+
+    def __repr__(self) -> str:
+        return f"b{self.node_id}"
 
     def _new_runtime(self) -> CoordinatorRuntime:
         rng = self.rng
         return CoordinatorRuntime(self.config, self._write, self.metadata.image(self.image_version),
                                   new_member_id=lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                                  reader=lambda p: list(self.log[p]))
+                                  reader=lambda p: self.logs[p].pairs(), commit_on_write=False)
 
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
-        self.log[partition].extend(R.encode(r) for r in records)
-        return len(self.log[partition]) - 1  # the last offset written; every write commits at once
+        leader = self.leading.get(partition)
+        assert leader is not None, f"{self} wrote to __consumer_offsets-{partition}, which it does not lead"
+        log = self.logs[partition]
+        first = log.end
+        last = log.append_as_leader(leader.leader_epoch, [R.encode(r) for r in records])
+        self._appended.add(partition)
+        if self.cluster is not None:
+            self._stalled.setdefault(partition, now_ms)
+        if self._current is not None:
+            self.writes.setdefault(id(self._current), []).extend((partition, o) for o in range(first, last + 1))
+        return last
+
+    def entries_written(self, request: Request) -> list[tuple[int, int, Entry]]:
+        """(partition, offset, entry) of the records `request`'s operation appended here."""
+        return [(p, o, self.logs[p].entries[o]) for p, o in self.writes.get(id(request), ())
+                if o < self.logs[p].end]
+
+    # --- leadership -------------------------------------------------------------------------
+
+    def leads(self, partition: int) -> bool:
+        return self.up and partition in self.leading
+
+    def become_leader(self, partition: int, state: PartitionState, now: int) -> None:
+        """Lead `partition` at `state`'s epoch (Kafka makeLeader): start the epoch in the log,
+        track the followers, load the shard by replaying this replica."""
+        log = self.logs[partition]
+        log.become_leader(state.leader_epoch)
+        self.view[partition] = state
+        self.leading[partition] = LeaderPartition(
+            self.node_id, state.replicas, state.isr, leader_epoch=state.leader_epoch,
+            partition_epoch=state.partition_epoch, log_end_offset=log.end, high_watermark=log.hw, now_ms=now)
+        self._run(lambda: self._elected(partition, state.leader_epoch, now))
+
+    def _elected(self, partition: int, epoch: int, now: int) -> None:
+        self.runtime.on_election(partition, epoch, now)
+        # As broker/coordinator.py's _mark_loaded_offsets: loaded to the log end, committed
+        # to the high watermark.
+        shard = self.runtime.shards.get(partition)
+        log = self.logs[partition]
+        if shard is None or self.cluster is None:
+            return
+        shard.last_written_offset = max(shard.last_written_offset, log.end - 1)
+        shard.last_committed_offset = min(shard.last_written_offset, log.hw - 1)
+        if shard.last_committed_offset < shard.last_written_offset:
+            self._stalled.setdefault(partition, now)
+
+    def become_follower(self, partition: int, state: PartitionState) -> None:
+        """Follow `state.leader` (Kafka makeFollower): a shard this broker led is unloaded."""
+        self.view[partition] = state
+        self._stalled.pop(partition, None)
+        old = self.leading.pop(partition, None)
+        if old is not None and self.up:
+            self._run(lambda: self.runtime.on_resignation(partition, old.leader_epoch))
+
+    def apply(self, partition: int, effects) -> None:
+        """Carry out what this broker's LeaderPartition asks: release answers up to a new high
+        watermark; hand an ISR change to the controller."""
+        for effect in effects:
+            if isinstance(effect, HighWatermark):
+                self.logs[partition].hw = effect.offset
+                self._run(lambda hw=effect.offset: self.runtime.complete_up_to(partition, hw - 1))
+                shard = self.runtime.shards.get(partition)
+                if shard is not None and shard.last_committed_offset < shard.last_written_offset:
+                    self._stalled[partition] = self.clock()  # progress: the write timeout starts again
+                else:
+                    self._stalled.pop(partition, None)
+            elif isinstance(effect, ProposeIsr) and self.cluster is not None:
+                self.cluster.propose_isr(self, partition, effect)
+
+    def _run(self, call):
+        """A runtime call; what it appended is reported once the outermost call is done (the
+        runtime is not re-entered from inside its own write)."""
+        self._depth += 1
+        try:
+            return call()
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._flush()
+
+    def _flush(self) -> None:
+        while self._appended:
+            partition = min(self._appended)
+            self._appended.discard(partition)
+            leader = self.leading.get(partition)
+            if leader is None or not self.up:
+                continue
+            self.apply(partition, leader.appended(self.logs[partition].end, self.clock()))
+            if self.cluster is not None:
+                self.cluster.appended(self, partition)
 
     # --- topics -----------------------------------------------------------------------------
 
-    def topics_changed(self) -> None:
-        self.image_version += 1
+    def topics_changed(self, version: int) -> None:
+        self.image_version = version
         if self.up:
-            self.runtime.update_image(self.metadata.image(self.image_version), self.clock())
+            self._run(lambda: self.runtime.update_image(self.metadata.image(version), self.clock()))
 
-    # --- crash and reload -------------------------------------------------------------------
+    # --- crash and restart ------------------------------------------------------------------
 
     def crash(self) -> None:
-        """Lose everything but the log: shards, timers, parked requests, queued frames."""
+        """Lose everything but the replicas: shards, timers, parked requests, queued frames."""
         self.up = False
         self.crashes += 1
         self.queues.clear()
         self.parked.clear()
+        self.leading.clear()
+        self._appended.clear()
+        self._stalled.clear()
+        self.writes.clear()
         for link in self.links.values():
             link.alive = False
         self.links.clear()
 
     def restart(self) -> None:
-        """KIP-848 "Fail Over": a new runtime replays each partition's records."""
+        """Up again with a fresh runtime and no leadership: the controller says what it leads
+        (KIP-848 "Fail Over": a broker that becomes coordinator loads by replay)."""
         self.runtime = self._new_runtime()
         self.coordinator = _CoordinatorView(self.runtime)
-        now = self.clock()
-        for p in self.log:
-            # Each restart is a new leadership of every partition (a higher epoch), loaded
-            # by replaying its log: the path a broker takes when it becomes coordinator.
-            self.runtime.on_election(p, self.crashes, now)
+        self.view.clear()
         self.up = True
 
     def replayed_shard(self, partition: int) -> Shard:
-        """A fresh shard rebuilt from the log alone (no take-over: nothing re-armed or rewritten)."""
+        """A fresh shard rebuilt from this replica alone (no take-over: nothing re-armed or rewritten)."""
         runtime = CoordinatorRuntime(self.config, lambda *_: None, self.runtime.image)
         shard = runtime.new_shard(partition)
         shard.loading = True
-        for key, value in self.log[partition]:
+        for key, value in self.logs[partition].pairs():
             record = R.decode(key, value)
             if record is not None:
                 shard.replay(record)
@@ -172,6 +344,10 @@ class SimCoordinator:
 
     def _drain(self, link: Link) -> None:
         queue = self.queues.get(link.id)
+        if queue and not link.alive:
+            # The client closed the connection: what it sent that was not read yet (the
+            # connection was muted) is gone with it.
+            queue.clear()
         while queue and link.id not in self.parked and self.up:
             self._handle(link, queue.popleft())
 
@@ -179,40 +355,93 @@ class SimCoordinator:
         request = parse_request(payload, self.supported)
         for o in self.observers:
             o.on_request(self, request)
+        self.parked.add(link.id)  # the next request on the link waits for this one's answer
+        runtime = self.runtime
+        answered = []
+
+        def answer(body: dict) -> None:
+            if answered or runtime is not self.runtime or not self.up:
+                return  # answered already, or by a runtime that has since crashed
+            answered.append(True)
+            self._respond(link, request, body)
+            self.parked.discard(link.id)
+            self._drain(link)
+
+        previous, self._current = self._current, request
+        try:
+            self._run(lambda: self._dispatch(request, answer))
+        finally:
+            self._current = previous
+
+    def _dispatch(self, request: Request, answer: Callable[[dict], None]) -> None:
         key = request.api_key
         if key in (JOIN_GROUP, SYNC_GROUP):
-            self.parked.add(link.id)
+            # The handlers' own translation, with a reply callback of ours (their _run_parked
+            # awaits an asyncio future instead).
             if key == JOIN_GROUP:
                 req = join_request(request)
 
                 def op(shard, reply, now, req=req):
                     return dispatch.join_group(shard, req, reply, now)
+
+                def shape(response: dict) -> dict:
+                    return join_response(request, response)
+
+                def on_error(code) -> dict:
+                    return error_join(code, req.member_id)
             else:
                 req = sync_request(request)
 
                 def op(shard, reply, now, req=req):
                     return dispatch.sync_group(shard, req, reply, now)
 
-            def reply(response: dict, request=request, link=link, runtime=self.runtime) -> None:
-                if runtime is not self.runtime:
-                    return  # answered by a coordinator that has since crashed
-                body = join_response(request, response) if request.api_key == JOIN_GROUP else \
-                    {"throttle_time": 0, **response}
-                self._respond(link, request, body)
-                self.parked.discard(link.id)
-                self._drain(link)
+                def shape(response: dict) -> dict:
+                    return {"throttle_time": 0, **response}
 
-            self.runtime.run(req.group_id, lambda shard, now: op(shard, reply, now), self.clock())
+                on_error = sync_error
+
+            def reply(response: dict) -> None:
+                answer(shape(response))
+
+            deferred = self.runtime.submit(req.group_id, lambda shard, now: op(shard, reply, now), self.clock())
+            deferred.add_done_callback(lambda d: d.error is None or reply(on_error(error_code_for(d.error))))
             return
-        self._respond(link, request, _HANDLERS[key](self, request))
+        out = _call_handler(_HANDLERS[key], self, request)
+        if isinstance(out, dict):
+            answer(out)
+            return
+        # A future: the runtime's answer waits for its records to be committed. The handler's
+        # own callback on it ran first, so the future holds the response when ours runs.
+        self.coordinator.runtime.last.add_done_callback(lambda _d: answer(out.result()))
 
     def _respond(self, link: Link, request: Request, body: dict) -> None:
         for o in self.observers:
             o.on_response(self, request, body)
+        self.writes.pop(id(request), None)
         self.send_down(link, encode_response(request, body))
 
     def tick(self) -> int:
-        return self.runtime.tick(self.clock()) if self.up else 0
+        if not self.up:
+            return 0
+        now = self.clock()
+        ran = self._run(lambda: self.runtime.tick(now))
+        for partition, since in sorted(self._stalled.items()):
+            shard = self.runtime.shards.get(partition)
+            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
+                del self._stalled[partition]
+            elif now - since >= COMMIT_TIMEOUT_MS:
+                # Kafka's write timeout: REQUEST_TIMED_OUT, which GroupCoordinatorService
+                # answers as COORDINATOR_NOT_AVAILABLE. The records stay in the log.
+                del self._stalled[partition]
+                self._run(lambda p=partition: self.runtime.fail_waiting(p, CoordinatorUnavailable(
+                    COORDINATOR_NOT_AVAILABLE, f"__consumer_offsets-{p}: write not committed in time")))
+                ran += 1
+        return ran
 
     def next_deadline(self) -> int | None:
-        return self.runtime.next_deadline() if self.up else None
+        if not self.up:
+            return None
+        deadlines = [since + COMMIT_TIMEOUT_MS for since in self._stalled.values()]
+        if (d := self.runtime.next_deadline()) is not None:
+            deadlines.append(d)
+        return min(deadlines) if deadlines else None

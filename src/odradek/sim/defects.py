@@ -13,6 +13,13 @@ with a seed that replays it:
   stuck-revocation       members never finish revoking (the group never converges)
   lost-writes            a restarted coordinator loses its last records (an unflushed log)
   replay-skips-offsets   replay ignores offset commits (the log no longer rebuilds the state)
+  commit-on-write        coordinators count their writes as committed when appended (a
+                         single node's rule), not when the high watermark passes them: a
+                         zombie coordinator acknowledges commits nobody copies
+  no-truncation          a follower copies from its log end without settling where its log
+                         diverges from the leader's (no leader epochs, KIP-101's bug): a
+                         deposed leader keeps what it wrote as a zombie, and serves it
+                         when it leads again
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from odradek.coordinator.assignors import ASSIGNORS
 from odradek.coordinator.consumer import heartbeat as consumer_heartbeat
 from odradek.coordinator.shard import Shard
 
+from . import cluster as sim_cluster
 from . import coordinator as sim_coordinator
 from . import member as sim_member
+from . import replication as sim_replication
 
 
 @contextlib.contextmanager
@@ -99,8 +108,8 @@ def _lost_writes():
     original = sim_coordinator.SimCoordinator.restart
 
     def restart(self) -> None:
-        for pairs in self.log.values():
-            del pairs[max(0, len(pairs) - 3):]
+        for log in self.logs.values():
+            log.truncate_to(max(0, log.end - 3))
         original(self)
 
     return _swap(sim_coordinator.SimCoordinator, "restart", restart)
@@ -117,6 +126,27 @@ def _replay_skips_offsets():
     return _swap(Shard, "replay", replay)
 
 
+def _commit_on_write():
+    original = sim_coordinator.SimCoordinator._new_runtime
+
+    def new_runtime(self):
+        runtime = original(self)
+        runtime.commit_on_write = True  # complete_up_to(the last offset written) after every write
+        return runtime
+
+    return _swap(sim_coordinator.SimCoordinator, "_new_runtime", new_runtime)
+
+
+def _no_truncation():
+    def follow(follower, leader, leader_hw):
+        new = leader.entries[follower.end:]
+        follower._append_as_follower(new)
+        follower.hw = min(leader_hw, follower.end)
+        return sim_replication.Fetched(0, len(new))
+
+    return _swap(sim_cluster, "follow", follow)
+
+
 DEFECTS = {
     "assign-before-revoke": _assign_before_revoke,
     "accept-zombie-commits": _accept_zombie_commits,
@@ -124,6 +154,8 @@ DEFECTS = {
     "stuck-revocation": _stuck_revocation,
     "lost-writes": _lost_writes,
     "replay-skips-offsets": _replay_skips_offsets,
+    "commit-on-write": _commit_on_write,
+    "no-truncation": _no_truncation,
 }
 
 

@@ -15,7 +15,11 @@ Kinds:
   partition         one member is cut off from the coordinator for a while
   client_crash      a member process dies; it is restarted (static members with the same
                     group.instance.id) or replaced, or stays down
-  coordinator_crash the coordinator loses its memory and reloads its shard from the log
+  coordinator_crash the coordinator broker loses its memory and reloads its shard from its
+                    log (elected again at a higher leader epoch)
+  coordinator_move  leadership of `__consumer_offsets` moves to another broker of the ISR,
+                    which loads by replay; the old one is a zombie for a while (it still
+                    answers what reaches it, but its writes never commit) until it hears
   slow_member       a member takes long, sometimes past the rebalance timeout, to give up
                     partitions (or to rejoin, classic)
   topic_change      partitions are added, topics created, deleted and recreated
@@ -27,8 +31,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-KINDS = ("jitter", "loss", "lost_response", "partition", "client_crash", "coordinator_crash", "slow_member",
-         "topic_change", "churn")
+KINDS = ("jitter", "loss", "lost_response", "partition", "client_crash", "coordinator_crash", "coordinator_move",
+         "slow_member", "topic_change", "churn")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class FaultPlan:
             "partition": rng.choice((1.0, 3.0, 6.0)),
             "client_crash": rng.choice((1.0, 3.0, 6.0)),
             "coordinator_crash": rng.choice((0.5, 2.0, 4.0)),
+            "coordinator_move": rng.choice((0.5, 2.0, 4.0)),
             "slow_member": rng.choice((0.1, 0.3, 0.6)),  # probability per revocation
             "topic_change": rng.choice((1.0, 2.0, 4.0)),
             "churn": rng.choice((1.0, 3.0, 6.0)),

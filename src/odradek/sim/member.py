@@ -19,7 +19,12 @@ and links instead of sockets and callbacks:
     committed every `commit_interval_ms` with the core's commit identity (epoch or
     generation), as auto-commit does;
   * the classic leader gets partition counts when it must assign and every second after,
-    as the consumer's metadata watch gives them.
+    as the consumer's metadata watch gives them;
+  * the coordinator is found as the consumer finds it: a FindCoordinator answered by a
+    broker (sim/cluster.py; a zombie names itself), kept until a connection to it fails or
+    an answer says NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE; then the member
+    disconnects, failing what was in flight on that connection (Java's
+    markCoordinatorUnknown), and looks it up again for its next request.
 
 What is the simulator's own: the faults. A "slow" member holds a revocation back (fault
 `slow_member`), requests time out, members crash. The driver reports what it believes it
@@ -36,7 +41,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.assignors import CooperativeStickyAssignor, RangeAssignor
 from odradek.client.classic import ClassicGroupMember
 from odradek.client.cluster import TopicPartition
-from odradek.client.errors import KafkaError
+from odradek.client.errors import COORDINATOR_MOVED, KafkaError
 from odradek.client.member import AssigningMember, GroupMember
 from odradek.client.membership import ConsumerGroupMember
 from odradek.client.reconciler import (
@@ -63,6 +68,18 @@ class Pending:
     link: Link
     parts: frozenset = frozenset()  # fetch: the partitions concerned
     revocation: Revoke | None = None  # revoke-commit: the revocation waiting for it
+
+
+def coordinator_moved(resp) -> bool:
+    """Whether an answer says the coordinator is elsewhere (top level, per group, per partition)."""
+    if isinstance(resp, KafkaError):
+        return resp.code in COORDINATOR_MOVED
+    if getattr(resp, "error_code", None) in COORDINATOR_MOVED:
+        return True
+    if any(getattr(g, "error_code", None) in COORDINATOR_MOVED for g in getattr(resp, "groups", None) or ()):
+        return True
+    return any(getattr(p, "error_code", None) in COORDINATOR_MOVED
+               for t in getattr(resp, "topics", None) or () for p in getattr(t, "partitions", None) or ())
 
 
 class SimMember:
@@ -97,6 +114,7 @@ class SimMember:
         self.alive = True
         self.stopping = False  # graceful leave under way
         self.link: Link | None = None
+        self.coordinator: int | None = None  # the broker it takes for the group's coordinator
         self.pending: dict[tuple[int, int], Pending] = {}
         self.revoke_at = 0  # slow member: when the revocation may complete
         self.next_poll = 0
@@ -242,7 +260,10 @@ class SimMember:
 
     def _link(self) -> Link:
         if self.link is None or not self.link.alive:
-            self.link = self.world.network.new_link(self.name)
+            if self.coordinator is None:
+                self.coordinator = self.world.coordinator.find_coordinator()
+                self.world.trace(f"{self.name}: FindCoordinator says b{self.coordinator}")
+            self.link = self.world.network.new_link(self.name, self.coordinator)
         return self.link
 
     def _send(self, now: int, api: int, body: dict, pending: Pending) -> None:
@@ -289,10 +310,12 @@ class SimMember:
         except KafkaError:
             self._close_link(now)
             return
-        for cid, resp in answers:
-            pending = self.pending.pop((link.id, cid), None)
-            if pending is not None:
-                self._answered(pending, resp, now)
+        answered = [(p, resp) for cid, resp in answers if (p := self.pending.pop((link.id, cid), None)) is not None]
+        if any(coordinator_moved(resp) for _, resp in answered):
+            self.world.trace(f"{self.name}: b{link.broker} is not the coordinator; disconnects")
+            self._close_link(now)
+        for pending, resp in answered:
+            self._answered(pending, resp, now)
         self.pump(now)
 
     def _answered(self, pending: Pending, resp, now: int) -> None:
@@ -332,6 +355,7 @@ class SimMember:
         network broke before) fails."""
         if self.link is not None:
             self.link.alive = False
+        self.coordinator = None  # looked up again for the next request
         failed, self.pending = self.pending, {}
         for pending in failed.values():
             error = KafkaError(ErrorCode.request_timed_out, "simulated connection closed")

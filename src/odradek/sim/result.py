@@ -34,6 +34,7 @@ class SeedResult:
     commits_accepted: int = 0
     commits_rejected: int = 0
     coordinator_crashes: int = 0
+    coordinator_moves: int = 0  # leadership of __consumer_offsets handed to another broker (issue 18)
     wall_s: float = 0.0  # real seconds the seed took (not deterministic; everything else is)
     trace_tail: list[str] = field(default_factory=list)  # the last events, for a failure's report
 

@@ -7,7 +7,7 @@ exactly the live members; every live member's core is stable and believes it own
 what the coordinator assigned it; the assignments cover every subscribed partition once.
 The group must stay converged for a settling window (a session timeout and two seconds), and
 the convergence time is when that stretch began. At the end the coordinator's log is
-replayed and compared with the live shard.
+replayed and compared with the live shard, and every acknowledged commit must be in it.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def run_seed(seed: int, protocol: str | None = None, *, trace: bool = False) -> 
         world.violation("liveness", f"no stable assignment for {settle} ms within {liveness_bound_ms(world)} ms "
                                     "after the faults stopped")
     world.replay_checker.compare(world, "at the end")
+    world.fenced_checker.final(world)
     return result_of(world, seed, ok, convergence_ms, time.perf_counter() - started)
 
 
@@ -102,7 +103,7 @@ def result_of(world: World, seed: int, ok: bool, convergence_ms: int, wall: floa
         revocations=world.stats.revocations, rebalances=world.rebalances(),
         member_events=world.stats.member_events, records_written=sum(len(v) for v in world.coordinator.log.values()),
         commits_accepted=world.commit_checker.accepted, commits_rejected=world.commit_checker.rejected,
-        coordinator_crashes=world.coordinator.crashes, wall_s=wall,
+        coordinator_crashes=world.coordinator.crash_count, coordinator_moves=world.coordinator.moves, wall_s=wall,
         trace_tail=_trace(world))
 
 

@@ -69,17 +69,43 @@ def _coordinator_crash(world: World) -> None:
     if not c.up:
         return
     world.replay_checker.compare(world, "before a coordinator crash")
-    world.trace("coordinator crashes")
-    c.crash()
+    b = c.crash()
+    world.trace(f"coordinator {b} crashes")
     down = world.rng.randint(50, 3000)
-    world.schedule(world.now + down, "coordinator restarts", lambda: restart_coordinator(world))
+    world.schedule(world.now + down, f"{b} restarts", lambda: restart_broker(world, b))
 
 
-def restart_coordinator(world: World) -> None:
+def restart_broker(world: World, b) -> None:
     c = world.coordinator
-    if not c.up:
-        c.restart()
-        world.trace(f"coordinator reloaded {sum(len(v) for v in c.log.values())} records")
+    if not b.up:
+        c.restart(b)
+        role = "the coordinator" if c.leader is b else "a follower"
+        world.trace(f"{b} is back as {role}; the coordinator holds {sum(len(v) for v in c.log.values())} records")
+
+
+def _coordinator_move(world: World) -> None:
+    c = world.coordinator
+    if c.up:
+        world.replay_checker.compare(world, "before the coordinator moved")
+    moved = c.move()
+    if moved is None:
+        world.trace("the coordinator cannot move: no other broker is up and in the ISR")
+        return
+    old, new = moved
+    world.trace(f"the coordinator moves from {old} to {new} (leader epoch "
+                f"{c.states[c.group_partition].leader_epoch}); it loaded "
+                f"{sum(len(v) for v in c.log.values())} records")
+    if old.node_id in c.deaf:
+        # A zombie until it hears of the new leader: about as long as a broker whose
+        # controller session is lost takes to notice (up to two session timeouts here).
+        deaf_for = world.rng.randint(50, 2 * world.session_ms)
+        world.trace(f"{old} is a zombie for {deaf_for} ms")
+        world.schedule(world.now + deaf_for, f"{old} hears it was deposed", lambda: learn(world, old))
+
+
+def learn(world: World, b) -> None:
+    if world.coordinator.learn(b):
+        world.trace(f"{b} resigns and follows {world.coordinator.leader}")
 
 
 def _topic_change(world: World) -> None:
@@ -110,6 +136,7 @@ ACTIONS = {
     "partition": _partition,
     "client_crash": _client_crash,
     "coordinator_crash": _coordinator_crash,
+    "coordinator_move": _coordinator_move,
     "topic_change": _topic_change,
     "churn": _churn,
 }
@@ -119,7 +146,10 @@ def heal(world: World) -> None:
     world.faults_on = False
     world.network.faults_active = False
     world.network.cut_until.clear()
-    restart_coordinator(world)
+    world.coordinator.heal()
+    for b in world.coordinator.brokers:
+        learn(world, b)
+        restart_broker(world, b)
     if not world.members and not world.restarts_due and not world.launches_due:
         world.start_member()  # a group with nobody left converges trivially; give it someone
     world.trace("faults stop")

@@ -1,15 +1,19 @@
-"""The simulated world: one seed, one clock, one event queue; members, network, coordinator.
+"""The simulated world: one seed, one clock, one event queue; members, network, coordinator brokers.
 
 Theory of operation: everything that happens is an event on a heap ordered by (simulated
 ms, sequence number), so two runs of a seed process the same events in the same order.
 Every random choice comes from the seed's one `random.Random` (member ids, delays, faults,
 topic sizes), no code here reads a clock, and the coordinator and clients are the real
-sans-I/O objects (see coordinator.py and member.py). After every event the world re-arms
-the coordinator's timer and each member's next wake-up, then runs the checkers.
+sans-I/O objects (see coordinator.py, cluster.py and member.py). After every event the
+world re-arms the coordinator brokers' timers and each member's next wake-up, then runs the
+checkers. The epochs checker judges the coordinator's state only when everything it wrote
+for the group is committed: epochs are promised of what clients can be told, and a
+fail-over may rightly lose records nobody acknowledged.
 
 A run has two phases (DESIGN principle 7): faults for `fault_ms`, drawn by the seed's
-FaultPlan (swarm testing), then a quiet phase in which the network heals, the coordinator is
-up, crashed members that were to come back do, and the group must converge within a bound.
+FaultPlan (swarm testing), then a quiet phase in which the network heals, the coordinator
+brokers are up and told who leads, crashed members that were to come back do, and the
+group must converge within a bound.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from odradek.client.versions import CLIENT_VERSIONS, negotiate
 from odradek.coordinator.config import CoordinatorConfig
 
 from . import checkers as C
-from .coordinator import SimCoordinator, SimTopic
+from .cluster import SimCluster
+from .coordinator import SimTopic
 from .faults import FaultPlan
 from .member import SimMember
 from .network import Link, Network
@@ -102,9 +107,10 @@ class World:
         self.server_assignor = rng.choice((None, "uniform", "range")) if self.protocol in ("consumer", "mixed") \
             else None
         self.subscription = ["t0", "t1"] if rng.random() < 0.5 else ["t0"]
+        self.brokers = rng.choice((2, 3))  # __consumer_offsets replicated on every one
 
         self.network = Network(rng, self.plan, self.schedule)
-        self.coordinator = SimCoordinator(self.config, rng, lambda: self.now, self._send_down)
+        self.coordinator = SimCluster(self, self.brokers)
         self.versions = {int(k): v for k, v in negotiate(self.coordinator.supported).items()
                          if isinstance(v, int) and k in CLIENT_VERSIONS}
         self.id_names: dict[uuid.UUID, str] = {}
@@ -122,6 +128,9 @@ class World:
                                           self.epochs_checker, self.commit_checker]
         self.replay_checker = C.Replay()
         self.coordinator.observers.append(self.commit_checker)
+        self.fenced_checker = C.FencedCoordinator(self)
+        self.coordinator.all_observers.append(self.fenced_checker)
+        self.coordinator.failover_observers.append(self.fenced_checker)
 
     # ------------------------------------------------------------------ events
 
@@ -165,11 +174,10 @@ class World:
     def _after_step(self) -> None:
         self._holdings = None
         c = self.coordinator
-        if c.up:
-            d = c.next_deadline()
-            if d is not None and (self._tick_at is None or d < self._tick_at or self._tick_at < self.now):
-                self._tick_at = max(d, self.now)
-                self.schedule(self._tick_at, "coordinator timers", self._tick)
+        d = c.next_deadline()
+        if d is not None and (self._tick_at is None or d < self._tick_at or self._tick_at < self.now):
+            self._tick_at = max(d, self.now)
+            self.schedule(self._tick_at, "coordinator timers", self._tick)
         for m in list(self.members.values()):
             wake = m.next_wake()
             if wake is None:
@@ -178,7 +186,10 @@ class World:
             if self._wakes.get(m.name, -1) <= self.now or wake < self._wakes[m.name]:
                 self._wakes[m.name] = wake
                 self.schedule(wake, f"{m.name} wakes", lambda m=m: m.pump(self.now))
+        settled = c.settled()
         for checker in self.checkers:
+            if checker is self.epochs_checker and not settled:
+                continue
             checker.check(self)
         self._trace_coordinator()
 
@@ -219,8 +230,8 @@ class World:
 
     def describe(self) -> list[str]:
         """The state now, in a few lines: for a failure's report."""
-        lines = []
         c = self.coordinator
+        lines = c.describe()
         group, cgroup = C.consumer_group(self), C.classic_group(self)
         if not c.up:
             lines.append("coordinator: down")
@@ -242,7 +253,8 @@ class World:
             core = m.core
             lines.append(f"{m.name} ({m.kind}) {core.member_id} {core.state.name} owns {sorted(m.owned())} "
                          f"pending {[p.api for p in m.pending.values()]} revoking {m.revoking is not None} "
-                         f"alive {m.alive} link {m.link.id if m.link else None}/{m.link.alive if m.link else None}")
+                         f"alive {m.alive} link {m.link.id if m.link else None}/{m.link.alive if m.link else None} "
+                         f"to b{m.link.broker if m.link else None}")
         return lines
 
     def rebalances(self) -> int:
