@@ -239,6 +239,21 @@ def test_sticky_conflicting_claims_higher_generation_wins() -> None:
     assert tps(r, "b") == {("t", 1), ("t", 2)}
 
 
+def test_sticky_a_member_that_missed_a_generation_claims_nothing_and_withholds_nothing() -> None:
+    # Simulator seed 4910: c rejoined still claiming t-3 from generation 4, which it has
+    # dropped as lost. Counting the claim withheld t-3 for a next round that never came;
+    # Java's AbstractStickyAssignor ignores claims older than the newest generation.
+    parts = {"t": 4}
+    a = M("a", topics=("t",), owned={"t": frozenset({0})}, generation=6)
+    b = M("b", topics=("t",), owned={"t": frozenset({1})}, generation=6)
+    c = M("c", topics=("t",), owned={"t": frozenset({2, 3})}, generation=4)
+    d = M("d", topics=("t",), owned={}, generation=6)
+    r = COOP.assign([a, b, c, d], parts)
+    assert sorted(all_tps(r)) == [("t", p) for p in range(4)]  # nothing withheld for c's stale claim
+    assert counts(r) == {"a": 1, "b": 1, "c": 1, "d": 1}
+    assert tps(r, "a") == {("t", 0)} and tps(r, "b") == {("t", 1)}
+
+
 def test_sticky_same_generation_claims_are_void_and_withheld() -> None:
     # Kafka: "claiming the same TopicPartition in the same generation ... will be
     # invalidated": nobody owns t-1, and since both claim it, nobody gets it this round.

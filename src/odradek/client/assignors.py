@@ -223,8 +223,15 @@ class CooperativeStickyAssignor:
                 subscribers.setdefault(t, []).append(mid)
 
         # 1. Owners, from the claims (highest generation wins; a tie at the top voids them).
+        #    A member whose generation is older than the newest any member reports missed a
+        #    rebalance: it has dropped its partitions as lost (or will), so its claims count
+        #    for nothing, neither here nor for withholding (Java's AbstractStickyAssignor
+        #    ignores them; counting them withheld partitions for a round that never came).
+        newest = max((m.generation for m in members if m.owned), default=-1)
         claims: dict[TP, list[tuple[int, str]]] = {}
         for m in members:
+            if m.generation < newest:
+                continue
             for t, ps in m.owned.items():
                 n = partitions.get(t, 0)
                 for p in ps:
