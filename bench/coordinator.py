@@ -33,7 +33,11 @@ This is a benchmark script, not a test. It has three sections (``--sections``):
             and converged through real heartbeats; the broker is closed and a fresh
             ``Broker(...)`` is started ``--replay-repeat`` times; the table shows
             GroupCoordinator.records_loaded / load_time_ms. One more start-up runs under
-            cProfile and its top functions are printed.
+            cProfile and its top functions are printed. ``--replay-records N`` writes N
+            records in all (the group's, then commits up to N) instead of ``--commits``;
+            ``--offsets-partitions 1`` puts them all in one ``__consumer_offsets``
+            partition (the default spreads them over 50), e.g. the 1M-record partition:
+            ``--replay-records 1000000 --offsets-partitions 1``.
 
 How the converged group is built (inproc, loopback): by default (``--converge replay``)
 its records are written directly -- group epoch, partition metadata, one member
@@ -103,7 +107,11 @@ from odradek.coordinator.consumer.model import (
 )
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit
-from odradek.coordinator.runtime import CoordinatorRuntime, discarding_writer
+from odradek.coordinator.runtime import (
+    CoordinatorRuntime,
+    _collector_paused,
+    discarding_writer,
+)
 from odradek.protocol.framing import frame as size_prefixed
 from odradek.protocol.messages import (
     build,
@@ -618,8 +626,13 @@ def section_loopback(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------
 
 
+def replay_broker_config(data_dir: Path, args: argparse.Namespace) -> BrokerConfig:
+    extra = {} if args.offsets_partitions is None else {"offsets.topic.num.partitions": str(args.offsets_partitions)}
+    return BrokerConfig(data_dir=data_dir, listen_port=0, extra=extra)
+
+
 def write_replay_data(data_dir: Path, args: argparse.Namespace) -> dict:
-    b = Broker(BrokerConfig(data_dir=data_dir, listen_port=0))
+    b = Broker(replay_broker_config(data_dir, args))
     try:
         runtime = b.coordinator.runtime
         info: dict[str, Any] = {}
@@ -638,7 +651,7 @@ def write_replay_data(data_dir: Path, args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         w0 = runtime.records_written
         calls = 0
-        remaining = args.commits
+        remaining = args.commits if args.replay_records is None else max(0, args.replay_records - info["group_records"])
         k = 0
         while remaining > 0:
             for gid in groups:
@@ -668,14 +681,17 @@ def replay_phases(b: Broker) -> list[tuple[str, float, int]]:
     c = b.coordinator
     parts = range(c.config.offsets_topic_partitions)
     gc.collect()
+    # Each half with the cyclic collector paused, as CoordinatorRuntime.on_election runs a load.
     t0 = time.perf_counter()
-    pairs = {p: list(c.read_partition(p)) for p in parts}
+    with _collector_paused():
+        pairs = {p: list(c.read_partition(p)) for p in parts}
     t1 = time.perf_counter()
     n = 0
     scratch = CoordinatorRuntime(c.config, discarding_writer(), c.runtime.image)  # its writes go nowhere
     now = wall_clock_ms()
-    for p in parts:
-        n += scratch.load_bytes(p, pairs[p], now).records_replayed
+    with _collector_paused():
+        for p in parts:
+            n += scratch.load_bytes(p, pairs[p], now).records_replayed
     t2 = time.perf_counter()
     reader = getattr(c.read_partition, "__qualname__", "read_partition")
     return [(f"read + split into (key, value) ({reader})", (t1 - t0) * 1000, n),
@@ -683,7 +699,10 @@ def replay_phases(b: Broker) -> list[tuple[str, float, int]]:
 
 
 def section_replay(args: argparse.Namespace) -> None:
-    print(f"\n== replay: start-up load of __consumer_offsets: {args.commits:,} offset commits "
+    commits = (f"{args.commits:,} offset commits" if args.replay_records is None
+               else f"{args.replay_records:,} records in all, offset commits")
+    where = "50 partitions (the default)" if args.offsets_partitions is None else f"{args.offsets_partitions} partition(s)"
+    print(f"\n== replay: start-up load of __consumer_offsets ({where}): {commits} "
           f"({args.commit_partitions} per OffsetCommit, {args.groups:,} groups) + a consumer group of "
           f"{args.replay_members:,} members (real joins until Stable), {args.replay_repeat} fresh start-ups ==",
           flush=True)
@@ -703,7 +722,7 @@ def section_replay(args: argparse.Namespace) -> None:
         for r in range(args.replay_repeat):
             gc.collect()
             t0 = time.perf_counter()
-            b = Broker(BrokerConfig(data_dir=data, listen_port=0))
+            b = Broker(replay_broker_config(data, args))
             total_s = time.perf_counter() - t0
             try:
                 c = b.coordinator
@@ -717,6 +736,7 @@ def section_replay(args: argparse.Namespace) -> None:
                              f"{total_s * 1000:,.0f}", f"{offsets:,}", state))
                 if r == args.replay_repeat - 1:
                     phases = replay_phases(b)
+                    largest = max(c.runtime.shards.values(), key=lambda s: s.records_replayed)
             finally:
                 b.close()
         print()
@@ -725,6 +745,8 @@ def section_replay(args: argparse.Namespace) -> None:
         if good:
             print(f"  median {statistics.median(good):,.0f} records/s (goal >= 500,000 records/s); "
                   "'Broker() ms' is the whole start-up (log opening + load_all)")
+        print(f"  largest partition: __consumer_offsets-{largest.partition} with {largest.records_replayed:,} records "
+              f"of {c.records_loaded:,}")
         # the load's steps timed one by one, without a profiler's distortion
         med_ms = statistics.median(load_ms)
         total_ms = sum(ms for _, ms, _ in phases)
@@ -738,7 +760,7 @@ def section_replay(args: argparse.Namespace) -> None:
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            b = Broker(BrokerConfig(data_dir=data, listen_port=0))
+            b = Broker(replay_broker_config(data, args))
             prof.disable()
             b.close()
             for key, label in (("cumulative", "cumulative"), ("tottime", "internal (tottime)")):
@@ -854,6 +876,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=10.0, help="loopback: seconds of heartbeating")
     ap.add_argument("--max-loopback", type=int, default=2_000_000, help="loopback: heartbeat cap per client")
     ap.add_argument("--commits", type=int, default=500_000, help="replay: offset-commit records")
+    ap.add_argument("--replay-records", type=int, default=None,
+                    help="replay: records in all (the group's, then commits up to this); overrides --commits")
+    ap.add_argument("--offsets-partitions", type=int, default=None,
+                    help="replay: offsets.topic.num.partitions [None = the broker's default, 50]")
     ap.add_argument("--commit-partitions", type=int, default=10, help="replay: partitions per OffsetCommit")
     ap.add_argument("--groups", type=int, default=1000, help="replay: groups the commits are spread over")
     ap.add_argument("--replay-members", type=int, default=1000, help="replay: members of the consumer group (0: none)")
@@ -870,6 +896,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.member_list = [int(x.replace("_", "")) for x in args.members.split(",") if x.strip()]
     for name in ("heartbeats", "repeat", "clients", "replay_repeat", "partitions_per_member", "commit_partitions", "groups"):
         if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("replay_records", "offsets_partitions"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     if any(m < 1 for m in args.member_list) or args.loopback_members < args.clients:
         ap.error("--members must be >= 1 and --loopback-members >= --clients")

@@ -31,8 +31,10 @@ The runtime is synchronous and touches no socket or clock: callers pass `now_ms`
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
+import gc
 import logging
 from collections.abc import Callable, Iterable
 
@@ -114,6 +116,39 @@ _REFUSAL = {None: NOT_COORDINATOR, ShardState.CLOSED: NOT_COORDINATOR, ShardStat
 _EMPTY_ON_ERROR = {"assignment": b"", "members": []}
 
 ShardNotLoaded = CoordinatorUnavailable  # the name callers used before elections existed
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Run a shard load without CPython's cyclic garbage collector.
+
+    The collector runs after every 700 net allocations of container objects, and a load
+    allocates several per record: the (key, value) pairs read, and the shard's state,
+    one OffsetEntry per committed offset, which stays tracked for good (CPython untracks
+    exact tuples of atoms only, not a NamedTuple's). Every 25% of growth of the tracked
+    heap then costs a full collection over all of it, the pairs and the shards loaded
+    before included: measured, about 40% of the load time of a 1M-record partition
+    (BENCHMARKS.md "Start-up replay"). Mercurial's `util.nogc` pauses it while building
+    large containers for the same reason. A load is one synchronous call that makes no
+    garbage cycles to speak of.
+
+    What the load built is the shard's state, long-lived by construction, so on the way
+    out it goes to the oldest generation at once (gc.freeze + unfreeze: list splices)
+    rather than first through a young collection over every object made (another 5-15%
+    of the load) and a second one; the next full collection sees it, as it would have.
+    Skipped when something else froze objects (unfreeze would thaw theirs too). The
+    collector's state is restored as found.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
 
 
 class _AppendFailed(Exception):
@@ -209,7 +244,8 @@ class CoordinatorRuntime:
         self._move(partition, ShardEvent.ELECT, epoch)
         assert self.reader is not None, "on_election needs a reader"
         try:
-            self.load_bytes(partition, self.reader(partition), now_ms)
+            with _collector_paused():  # reading builds a (key, value) per record: see _collector_paused
+                self.load_bytes(partition, self.reader(partition), now_ms)
         except Exception as exc:
             shard = self.shards.pop(partition, None)
             if shard is not None:
@@ -250,24 +286,14 @@ class CoordinatorRuntime:
     @staticmethod
     def _replay_bytes(shard: Shard, pairs: Iterable[tuple[bytes | None, bytes | None]]) -> None:
         shard.loading = True
-        # Offset commits are independent of every other record and only the newest value
-        # per key matters (exactly what compaction keeps), so an uncompacted log's many
-        # rewrites of the same offset are collapsed by key before any of them is decoded.
-        newest: dict[bytes, bytes | None] = {}
-        rewritten = 0
-        for key, value in pairs:
-            if key is None:
-                continue
-            if key[0] == 0 and key[1] < 2:  # OffsetCommitKey v0/v1 (records.is_offset_commit, inlined)
-                newest[key] = value
-                rewritten += 1
-            else:
+        with _collector_paused():
+            # Offset commits, most of a partition, are independent of every other record:
+            # the shard reads them in bulk (only each one's newest value is decoded) and
+            # hands back the others, replayed here in log order.
+            for key, value in shard.replay_offset_commits(pairs if isinstance(pairs, list) else list(pairs)):
                 record = decode(key, value)
                 if record is not None:
                     shard.replay(record)
-        for key, value in newest.items():
-            shard.replay_offset_bytes(key, value)
-        shard.records_replayed += rewritten - len(newest)
 
     def _take_over(self, shard: Shard, now_ms: int) -> Shard:
         partition = shard.partition

@@ -19,6 +19,7 @@ drains once the records of the same operation are written.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -57,6 +58,9 @@ def answering(result: Result, response: Any) -> Result:
         then = result.response.op
         return Result(result.records, Then(lambda s, now: answering(then(s, now), response)))
     return Result(result.records, response)
+
+
+_I32 = struct.Struct(">i")  # an OffsetCommitKey ends with its partition
 
 
 class OffsetEntry(NamedTuple):  # a NamedTuple: one per committed offset, built fast at replay
@@ -242,6 +246,92 @@ class Shard:
         self.records_replayed += 1
         f = R.offset_commit_fields(key, value)
         self._put_offset(f[0], f[1], f[2], None if f[3] is None else OffsetEntry(f[3], f[4], f[5], f[6]))
+
+    def replay_offset_commits(self, pairs: list[tuple[bytes | None, bytes | None]]) -> list[tuple[bytes, bytes | None]]:
+        """Replay the OffsetCommit records among a partition's stored (key, value) pairs
+        (log order), as `replay_offset_bytes` would one by one; return the other keyed
+        records, in log order, for `replay` (they never touch offsets, so the order
+        between the two does not matter). Keyless records are skipped.
+
+        Only the newest value of each offset counts (exactly what compaction keeps), so
+        the pairs are read newest first and an older record of an offset already seen is
+        skipped without decoding its value: an uncompacted log's rewrites cost a lookup.
+
+        Start-up replay is mostly this, and its time is fail-over time, so the common
+        record is read here with no call per record: a key's group and topic are decoded
+        and checked once per distinct (group, topic) key prefix, its partition is its last
+        four bytes, and a value with empty metadata is one unpack. Any other record (with
+        metadata, a version or length odradek does not write, corrupt) goes through
+        `offset_commit_fields`, so it is read, or refused (RecordError), as before.
+        """
+        others: list[tuple[bytes, bytes | None]] = []
+        if self.writing_offset is not None or self.offsets:
+            # Not a load into an empty shard (loads and reverts always are): the newest
+            # record per offset (key versions 0 and 1 name the same one), then one by one
+            # through `_put_offset` and its undo bookkeeping.
+            newest: dict[bytes, tuple[bytes, bytes | None]] = {}
+            count = 0
+            for key, value in pairs:
+                if key is None:
+                    continue
+                if key[0] == 0 and key[1] < 2:
+                    newest[key[2:]] = (key, value)
+                    count += 1
+                else:
+                    others.append((key, value))
+            for key, value in newest.values():
+                self.replay_offset_bytes(key, value)
+            self.records_replayed += count - len(newest)
+            return others
+        offsets = self.offsets
+        prefixes: dict[bytes, tuple[str, str, dict[tuple[str, int], OffsetEntry | None]]] = {}
+        tombstoned: list[tuple[dict, tuple[str, int]]] = []
+        partition_at = _I32.unpack_from
+        unpack_value = R.OFFSET_VALUE_NO_METADATA.unpack
+        new_entry = tuple.__new__  # OffsetEntry(...) runs the NamedTuple's Python __new__
+        entry_type = OffsetEntry
+        count = 0
+        last = topic = entries = None
+        for key, value in reversed(pairs):
+            if key is None:
+                continue
+            if key[0] != 0 or key[1] > 1:  # not an OffsetCommitKey v0/v1 (records.is_offset_commit)
+                others.append((key, value))
+                continue
+            count += 1
+            n = len(key) - 4
+            prefix = key[:n]
+            if prefix != last:  # the keys of one commit share it: looked up once per run of them
+                slot = prefixes.get(prefix)
+                if slot is None:
+                    group, topic = R.offset_commit_fields(key, None)[:2]  # checks the whole key's layout
+                    # Every key with these bytes before its last four has the same layout.
+                    slot = prefixes[prefix] = (group, topic, offsets.setdefault(group, {}))
+                _, topic, entries = slot
+                last = prefix
+            tp = (topic, partition_at(key, n)[0])
+            if tp in entries:
+                continue  # rewritten later in the log
+            if value is None:  # tombstone: held as None until the end, so older values stay skipped
+                entries[tp] = None
+                tombstoned.append((entries, tp))
+                continue
+            if len(value) == 24:
+                version, offset, leader_epoch, metadata_length, timestamp = unpack_value(value)
+                if version == 3 and metadata_length == 0:
+                    entries[tp] = new_entry(entry_type, (offset, leader_epoch, "", timestamp))
+                    continue
+            f = R.offset_commit_fields(key, value)
+            entries[tp] = entry_type(f[3], f[4], f[5], f[6])
+        for entries, tp in tombstoned:
+            del entries[tp]
+        # A group is in `offsets` only while it has some.
+        for group, _, entries in prefixes.values():
+            if not entries and offsets.get(group) is entries:
+                del offsets[group]
+        self.records_replayed += count
+        others.reverse()
+        return others
 
     def _replay_offset(self, record: R.CoordinatorRecord) -> None:
         group_id, topic, partition = record.key
