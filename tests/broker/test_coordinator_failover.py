@@ -140,7 +140,9 @@ def test_find_coordinator_creates_the_offsets_topic_with_the_brokers_there_are(t
 
 def test_answers_wait_for_the_high_watermark_and_time_out_when_it_is_stuck(tmp_path, etcd, monkeypatch):
     async def body():
-        servers, brokers, coord = await _ready(tmp_path, etcd, **{"offsets.commit.timeout.ms": "1500"})
+        # The write timeout is long enough for the first stall (0.8 s plus a read) to end
+        # before it, under load too; the second stall outlasts it.
+        servers, brokers, coord = await _ready(tmp_path, etcd, **{"offsets.commit.timeout.ms": "4000"})
         try:
             await coord.create_topics_async([("t", 2, {})])
             assert await _commit(coord, "", -1, [("t", 0, 5)]) == [0]
