@@ -250,3 +250,46 @@ def test_a_consumer_group_keeps_its_epochs_assignments_and_offsets_when_the_coor
             await _stop(servers)
 
     _run(body())
+
+
+def test_a_new_coordinator_answers_load_in_progress_while_it_reads_its_log(tmp_path, etcd):
+    async def body():
+        servers, brokers, coord = await _ready(tmp_path, etcd)
+        try:
+            await coord.create_topics_async([("t", 2, {})])
+            r = await _call(coord, 68, 0, _hb_body("A", 0))
+            assert r.error_code == 0
+            epoch = r.member_epoch
+            assert await _commit(coord, "A", epoch, [("t", 0, 3)]) == [0]
+            others = [b for b in brokers if b is not coord]
+            loading = asyncio.Event()
+
+            def slow_reader(b):
+                real = b.coordinator.read_partition
+
+                def read(partition):
+                    # Runs in the worker thread (the event loop keeps serving meanwhile).
+                    loading.set()
+                    import time as _time
+                    _time.sleep(1.5)
+                    yield from real(partition)
+                return read
+
+            for b in others:
+                b.coordinator.read_partition = slow_reader(b)
+            await coord.metadata._abandon()
+            await eventually(lambda: _leader(others[0]) in {b.config.node_id for b in others}, timeout=15.0)
+            new = next(b for b in others if b.config.node_id == _leader(b))
+            await eventually(lambda: loading.is_set(), timeout=10.0)
+            r = await _call(new, 68, 0, _hb_body("A", epoch, owned=[]))
+            assert r.error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS, answered while the log is read
+            body = {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}], "require_stable": False}
+            assert (await _call(new, 9, 7, body)).error_code == 14
+            await eventually(lambda: 0 in new.coordinator.runtime.shards, timeout=10.0)
+            r = await _call(new, 68, 0, _hb_body("A", epoch, owned=None))
+            assert (r.error_code, r.member_epoch) == (0, epoch)
+            assert (await _fetch_offsets(new, partitions=[0]))[0] == 3
+        finally:
+            await _stop(servers)
+
+    _run(body())

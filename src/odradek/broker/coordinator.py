@@ -9,6 +9,9 @@ change (each new picture of the topics is numbered upwards, across restarts too)
 
 Each shard is active on the leader of its partition only (replica_manager elects it with
 the leader epoch, and resigns it when another broker leads or the partition stops here).
+On a fail-over the partition's log is read in a worker thread while the shard answers
+COORDINATOR_LOAD_IN_PROGRESS, then replayed on the event loop; the embedded single node
+loads synchronously at start-up.
 A write to a partition with one replica is committed as soon as it is appended; a write to
 a replicated one is committed when the high watermark passes it (Kafka's coordinator
 runtime completes its deferred answers then): the replica manager reports every high
@@ -47,7 +50,7 @@ from ..coordinator.config import CoordinatorConfig
 from ..coordinator.consumer.model import TopicMeta
 from ..coordinator.errors import CoordinatorUnavailable
 from ..coordinator.image import MetadataImage
-from ..coordinator.runtime import CoordinatorRuntime
+from ..coordinator.runtime import CoordinatorRuntime, ShardState
 from ..log.errors import StorageError
 from ..protocol.errors import COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, NOT_ENOUGH_REPLICAS
 from ..records.batch import read_header
@@ -56,6 +59,14 @@ from ..records.codec import CodecError, encode_batch, key_values
 log = logging.getLogger(__name__)
 
 RELOAD_BACKOFF_MS = 5_000
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
 SINGLE_NODE_EPOCH = 0  # the leader epoch of every __consumer_offsets partition on a single broker
 
 
@@ -195,8 +206,16 @@ class GroupCoordinator:
             raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition}: {exc}") from exc
 
     def elect(self, partition: int, epoch: int, now_ms: int) -> bool:
-        """This broker leads `partition` of the offsets topic at `epoch`: load its shard."""
+        """This broker leads `partition` of the offsets topic at `epoch`: load its shard.
+        A replicated partition (a fail-over) is read in a worker thread while the shard
+        answers COORDINATOR_LOAD_IN_PROGRESS, then replayed on the loop (Kafka loads on
+        its own threads too); the embedded single node loads at once."""
         self.epochs[partition] = epoch
+        plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
+        if plog is not None and plog.replicated and _loop_running():
+            if self.runtime.begin_election(partition, epoch):
+                self.broker.replicas._spawn(self._load_off_loop(partition, epoch))
+            return True
         started = time.perf_counter()
         before = self.records_loaded
         ok = self._load(partition, now_ms)
@@ -206,6 +225,38 @@ class GroupCoordinator:
         if self.records_loaded - before > 1000:
             log.info("loaded %d coordinator records of %s-%d", self.records_loaded - before, CONSUMER_OFFSETS, partition)
         return ok
+
+    async def _load_off_loop(self, partition: int, epoch: int) -> None:
+        started = time.perf_counter()
+        try:
+            pairs = await asyncio.to_thread(lambda: list(self.read_partition(partition)))
+            failure = None
+        except (StorageError, CodecError) as exc:
+            pairs, failure = [], exc
+
+        def read():
+            if failure is not None:
+                raise failure
+            return pairs
+
+        now = self.broker.clock()
+        try:
+            loaded = self.runtime.finish_election(partition, epoch, read, now)
+        except (StorageError, CodecError, CoordinatorUnavailable) as exc:
+            log.error("group coordinator shard %s-%d is unavailable (its groups cannot be served until it "
+                      "loads): %s", CONSUMER_OFFSETS, partition, exc)
+            self.unavailable[partition] = now + RELOAD_BACKOFF_MS
+            return
+        if not loaded:
+            return  # resigned (or re-elected and loaded) meanwhile
+        self.unavailable.pop(partition, None)
+        shard = self.runtime.shards[partition]
+        self.records_loaded += shard.records_replayed
+        self._mark_loaded_offsets(partition)
+        self.load_time_ms += (time.perf_counter() - started) * 1000
+        if shard.records_replayed > 1000:
+            log.info("loaded %d coordinator records of %s-%d in %.0f ms", shard.records_replayed, CONSUMER_OFFSETS,
+                     partition, (time.perf_counter() - started) * 1000)
 
     def _mark_loaded_offsets(self, partition: int) -> None:
         """Kafka's CoordinatorLoaderImpl ends a load at the log end, committed up to the
@@ -242,7 +293,9 @@ class GroupCoordinator:
                           "loads): %s", CONSUMER_OFFSETS, partition, exc)
             self.unavailable[partition] = now_ms + RELOAD_BACKOFF_MS
             return False
-        shard = self.runtime.shards[partition]
+        shard = self.runtime.shards.get(partition)
+        if shard is None:
+            return False  # still loading off the loop (elect): that load finishes it
         if self.unavailable.pop(partition, None) is not None:
             log.info("group coordinator shard %s-%d loaded", CONSUMER_OFFSETS, partition)
         self.records_loaded += shard.records_replayed
@@ -275,6 +328,7 @@ class GroupCoordinator:
                     COORDINATOR_NOT_AVAILABLE, f"{CONSUMER_OFFSETS}-{partition}: write not committed in time"))
         for partition in self.epochs:
             # A shard whose revert could not read its log is FAILED: elect it again later.
-            if partition not in self.runtime.shards and partition not in self.unavailable:
+            if partition not in self.runtime.shards and partition not in self.unavailable \
+                    and self.runtime.state_of(partition) is not ShardState.LOADING:
                 self.unavailable[partition] = now + RELOAD_BACKOFF_MS
         return self.runtime.tick(now)

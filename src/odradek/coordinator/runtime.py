@@ -235,17 +235,37 @@ class CoordinatorRuntime:
         """This broker now coordinates `partition` (leader epoch `epoch`): load it from its
         log. Returns whether it is active. A stale epoch, or a shard already loaded, is left
         as it is; a failed load leaves it FAILED (NOT_COORDINATOR) and raises the cause."""
+        if not self.begin_election(partition, epoch):
+            return self.state_of(partition) is ShardState.ACTIVE
+        assert self.reader is not None, "on_election needs a reader"
+        return self.finish_election(partition, epoch, lambda: self.reader(partition), now_ms)
+
+    def begin_election(self, partition: int, epoch: int) -> bool:
+        """The first half of `on_election`, for a driver that reads the log off its event
+        loop: the shard is LOADING (its requests get COORDINATOR_LOAD_IN_PROGRESS, as
+        Kafka's runtime answers while it loads) until `finish_election`. False when there
+        is nothing to load: a stale epoch, or a shard already loading or loaded here (only
+        its epoch moves)."""
         state, current = self.states.get(partition, (None, -1))
         if epoch < current or (epoch == current and state in (ShardState.LOADING, ShardState.ACTIVE)):
-            return state is ShardState.ACTIVE
+            return False
         if state in (ShardState.LOADING, ShardState.ACTIVE):
             self.states[partition] = (state, epoch)  # already ours: only the epoch moves
-            return state is ShardState.ACTIVE
+            return False
         self._move(partition, ShardEvent.ELECT, epoch)
-        assert self.reader is not None, "on_election needs a reader"
+        return True
+
+    def finish_election(self, partition: int, epoch: int,
+                        read: Callable[[], Iterable[tuple[bytes | None, bytes | None]]], now_ms: int) -> bool:
+        """Load the shard `begin_election` left LOADING from `read()`'s stored pairs.
+        False, with nothing done, when it is no longer loading for this leadership (it
+        resigned meanwhile); a failed load leaves it FAILED and raises the cause."""
+        state, current = self.states.get(partition, (None, -1))
+        if state is not ShardState.LOADING or current < epoch:
+            return False
         try:
             with _collector_paused():  # reading builds a (key, value) per record: see _collector_paused
-                self.load_bytes(partition, self.reader(partition), now_ms)
+                self.load_bytes(partition, read(), now_ms)
         except Exception as exc:
             shard = self.shards.pop(partition, None)
             if shard is not None:
