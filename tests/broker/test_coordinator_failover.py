@@ -15,12 +15,9 @@ import asyncio
 
 import pytest
 
-from odradek.broker.broker import Broker
-from odradek.broker.server import BrokerServer
 from odradek.cluster.names import CONSUMER_OFFSETS
-from odradek.config import BrokerConfig
+from tests.broker.inprocess_cluster import call, start_brokers
 from tests.cluster.etcd_fixture import etcd_server, eventually
-from tests.wire import parse_response, request_frame
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,20 +30,10 @@ def etcd(tmp_path):
 
 
 async def _brokers(tmp_path, etcd, n=3, **extra):
-    servers = []
-    for node in range(1, n + 1):
-        cfg = BrokerConfig(node_id=node, listen_port=0, data_dir=tmp_path / f"b{node}", metadata_url=etcd.url,
-                           broker_session_timeout_ms=2000, replica_fetch_wait_max_ms=100)
-        cfg.extra.update({"offsets.topic.num.partitions": "1", **extra})
-        server = BrokerServer(Broker(cfg))
-        await server.start()
-        servers.append(server)
-    return servers
+    return await start_brokers(tmp_path, etcd, [(node, None) for node in range(1, n + 1)], extra)
 
 
-async def _call(broker, api, version, body):
-    raw = await broker.handle_frame(request_frame(api, version, body, correlation_id=9)[4:])
-    return parse_response(api, version, raw)[1]
+_call = call
 
 
 def _hb_body(member, epoch, topics=("t",), owned=None, group="g"):
@@ -106,14 +93,7 @@ def test_the_offsets_topic_waits_for_enough_brokers_and_gets_its_replication_fac
         b1 = servers[0].broker
         try:
             assert b1.metadata.get(CONSUMER_OFFSETS) is None  # one broker of the three it wants
-            servers += await _brokers(tmp_path / "more", etcd, n=0)
-            for node in (2, 3):
-                cfg = BrokerConfig(node_id=node, listen_port=0, data_dir=tmp_path / f"b{node}", metadata_url=etcd.url,
-                                   broker_session_timeout_ms=2000, replica_fetch_wait_max_ms=100)
-                cfg.extra["offsets.topic.num.partitions"] = "1"
-                server = BrokerServer(Broker(cfg))
-                await server.start()
-                servers.append(server)
+            servers += await start_brokers(tmp_path, etcd, [(2, None), (3, None)])
             await eventually(lambda: b1.metadata.get(CONSUMER_OFFSETS) is not None, timeout=10.0)
             assert len(b1.replicas.image.partition(CONSUMER_OFFSETS, 0).replicas) == 3
         finally:

@@ -14,12 +14,9 @@ import time
 
 import pytest
 
-from odradek.broker.broker import Broker
-from odradek.broker.server import BrokerServer
-from odradek.config import BrokerConfig
 from odradek.records.codec import Record, encode_batch
+from tests.broker.inprocess_cluster import call, start_brokers
 from tests.cluster.etcd_fixture import etcd_server, eventually
-from tests.wire import parse_response, request_frame
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -33,21 +30,11 @@ def etcd(tmp_path):
 
 
 async def _brokers(tmp_path, etcd, selector=RACK_AWARE, wait_max_ms=100):
-    servers = []
-    for node, rack in ((1, "a"), (2, "b"), (3, "c")):
-        cfg = BrokerConfig(node_id=node, rack=rack, listen_port=0, data_dir=tmp_path / f"b{node}",
-                           metadata_url=etcd.url, broker_session_timeout_ms=2000,
-                           replica_fetch_wait_max_ms=wait_max_ms, replica_selector_class=selector)
-        cfg.extra["offsets.topic.num.partitions"] = "1"
-        server = BrokerServer(Broker(cfg))
-        await server.start()
-        servers.append(server)
-    return servers
+    return await start_brokers(tmp_path, etcd, [(1, "a"), (2, "b"), (3, "c")],
+                               replica_fetch_wait_max_ms=wait_max_ms, replica_selector_class=selector)
 
 
-async def _call(broker, api, version, body):
-    raw = await broker.handle_frame(request_frame(api, version, body, correlation_id=9)[4:])
-    return parse_response(api, version, raw)[1]
+_call = call
 
 
 def _produce(topic, value, acks=-1):

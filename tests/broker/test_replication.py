@@ -11,12 +11,9 @@ import asyncio
 
 import pytest
 
-from odradek.broker.broker import Broker
-from odradek.broker.server import BrokerServer
-from odradek.config import BrokerConfig
 from odradek.records.codec import Record, encode_batch
+from tests.broker.inprocess_cluster import call, start_brokers
 from tests.cluster.etcd_fixture import etcd_server, eventually
-from tests.wire import parse_response, request_frame
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,21 +23,11 @@ def etcd(tmp_path):
     yield from etcd_server(tmp_path)
 
 
-async def _brokers(tmp_path, etcd, n=2, **extra):
-    servers = []
-    for node in range(1, n + 1):
-        cfg = BrokerConfig(node_id=node, listen_port=0, data_dir=tmp_path / f"b{node}", metadata_url=etcd.url,
-                           broker_session_timeout_ms=2000, replica_fetch_wait_max_ms=100, **extra)
-        cfg.extra["offsets.topic.num.partitions"] = "1"
-        server = BrokerServer(Broker(cfg))
-        await server.start()
-        servers.append(server)
-    return servers
+async def _brokers(tmp_path, etcd, n=2, **config):
+    return await start_brokers(tmp_path, etcd, [(node, None) for node in range(1, n + 1)], **config)
 
 
-async def _call(broker, api, version, body):
-    raw = await broker.handle_frame(request_frame(api, version, body, correlation_id=9)[4:])
-    return parse_response(api, version, raw)[1]
+_call = call
 
 
 def _produce_body(topic, records, acks=-1, timeout_ms=5000):
