@@ -273,3 +273,23 @@ def test_a_new_coordinator_answers_load_in_progress_while_it_reads_its_log(tmp_p
             await _stop(servers)
 
     _run(body())
+
+
+def test_a_load_still_reading_when_leadership_is_lost_is_discarded(tmp_path, etcd):
+    async def body():
+        servers, brokers, coord = await _ready(tmp_path, etcd)
+        try:
+            runtime = coord.coordinator.runtime
+            # A second election (as after losing and regaining the lead) starts a load...
+            coord.coordinator.resign(0, None)
+            assert runtime.state_of(0).value == "closed"
+            coord.coordinator.elect(0, 99, coord.clock())
+            assert runtime.state_of(0).value == "loading"
+            # ...and the lead is lost again before the log has been read: nothing is loaded.
+            coord.coordinator.resign(0, None)
+            await asyncio.sleep(0.5)
+            assert runtime.state_of(0).value == "closed" and 0 not in runtime.shards
+        finally:
+            await _stop(servers)
+
+    _run(body())

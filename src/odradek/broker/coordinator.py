@@ -59,6 +59,7 @@ from ..records.codec import CodecError, encode_batch, key_values
 log = logging.getLogger(__name__)
 
 RELOAD_BACKOFF_MS = 5_000
+SINGLE_NODE_EPOCH = 0  # the leader epoch of every __consumer_offsets partition on a single broker
 
 
 def _loop_running() -> bool:
@@ -67,7 +68,6 @@ def _loop_running() -> bool:
         return True
     except RuntimeError:
         return False
-SINGLE_NODE_EPOCH = 0  # the leader epoch of every __consumer_offsets partition on a single broker
 
 
 class GroupCoordinator:
@@ -273,12 +273,13 @@ class GroupCoordinator:
             self._stalled.setdefault(partition, self.broker.clock())
 
     def resign(self, partition: int, epoch: int | None) -> None:
-        """This broker no longer leads `partition`: its shard unloads (issue 18 makes this
-        a fail-over; here the requests simply go to the new leader)."""
+        """This broker no longer leads `partition`: its shard unloads (parked requests and
+        waiting answers fail NOT_COORDINATOR, the clients find the new leader), or stops
+        loading (a load still reading its log is then discarded)."""
         self.epochs.pop(partition, None)
         self.unavailable.pop(partition, None)
         self._stalled.pop(partition, None)
-        if partition in self.runtime.shards:
+        if self.runtime.state_of(partition) in (ShardState.ACTIVE, ShardState.LOADING):
             self.runtime.on_resignation(partition)
 
     def _load(self, partition: int, now_ms: int) -> bool:
