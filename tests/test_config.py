@@ -349,3 +349,14 @@ def test_static_broker_keys_are_the_configured_ones():
     keys = c.static_broker_keys()
     assert {"num.partitions", "log.retention.ms"} <= keys
     assert "auto.create.topics.enable" not in keys
+
+
+def test_replica_selector_class_kafka_names_short_names_and_unloadable_ones():
+    # KIP-392: unset is Kafka's default (the leader serves everyone).
+    assert apply_properties(BrokerConfig(), {}).replica_selector_class is None
+    rack = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    c = apply_properties(BrokerConfig(), {"replica.selector.class": rack})
+    assert c.replica_selector_class == rack and c.broker_configs()["replica.selector.class"] == rack
+    assert apply_properties(BrokerConfig(), {"replica.selector.class": "rack-aware"}).replica_selector_class == "rack-aware"
+    with pytest.raises(ValueError, match="replica.selector.class"):  # Kafka will not start either
+        apply_properties(BrokerConfig(), {"replica.selector.class": "com.example.Missing"})
