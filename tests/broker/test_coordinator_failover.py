@@ -36,8 +36,8 @@ async def _brokers(tmp_path, etcd, n=3, **extra):
 _call = call
 
 
-def _hb_body(member, epoch, topics=("t",), owned=None, group="g"):
-    return {"group_id": group, "member_id": member, "member_epoch": epoch, "instance_id": None, "rack_id": None,
+def _hb_body(member, epoch, topics=("t",), owned=None, group="g", instance_id=None):
+    return {"group_id": group, "member_id": member, "member_epoch": epoch, "instance_id": instance_id, "rack_id": None,
             "rebalance_timeout": 30_000 if epoch == 0 else -1,
             "subscribed_topic_names": list(topics) if epoch == 0 else None, "subscribed_topic_regex": None,
             "server_assignor": None,
@@ -183,8 +183,9 @@ def test_a_consumer_group_keeps_its_epochs_assignments_and_offsets_when_the_coor
                 return [{"topic_id": tp.topic_id, "partitions": list(tp.partitions)}
                         for tp in r.assignment.topic_partitions]
 
+            instance = {"A": None, "B": "static-b"}  # B is a static member (KIP-345)
             for m in ("A", "B"):
-                r = await _call(coord, 68, 0, _hb_body(m, 0))
+                r = await _call(coord, 68, 0, _hb_body(m, 0, instance_id=instance[m]))
                 assert r.error_code == 0
                 members[m] = r.member_id
                 state[m] = (r.member_epoch, owned_of(r, []))
@@ -192,7 +193,7 @@ def test_a_consumer_group_keeps_its_epochs_assignments_and_offsets_when_the_coor
             for _ in range(20):
                 for m, mid in members.items():
                     epoch, owned = state[m]
-                    r = await _call(coord, 68, 0, _hb_body(mid, epoch, owned=owned))
+                    r = await _call(coord, 68, 0, _hb_body(mid, epoch, owned=owned, instance_id=instance[m]))
                     assert r.error_code == 0, r
                     state[m] = (r.member_epoch, owned_of(r, owned))
                 if len({e for e, _ in state.values()}) == 1 and sum(len(o[0]["partitions"]) for _, o in state.values()
@@ -216,12 +217,15 @@ def test_a_consumer_group_keeps_its_epochs_assignments_and_offsets_when_the_coor
             # The group carries on at the new coordinator: same epochs, same partitions.
             for m, mid in members.items():
                 epoch, owned = state[m]
-                r = await _call(new, 68, 0, _hb_body(mid, epoch, owned=owned))
+                r = await _call(new, 68, 0, _hb_body(mid, epoch, owned=owned, instance_id=instance[m]))
                 assert r.error_code == 0, r
                 assert r.member_epoch == before[m][0], "no new epoch after a fail-over"
                 if r.assignment is not None:
                     assert sorted(p for tp in r.assignment.topic_partitions for p in tp.partitions) == before[m][1]
             assert (await _fetch_offsets(new, partitions=before["A"][1][:1]))[before["A"][1][0]] == 17
+            # The static member keeps its instance at the new coordinator.
+            group = new.coordinator.runtime.shards[0].consumer_groups["g"]
+            assert group.snapshot()["static_members"] == {"static-b": members["B"]}
             # Never acknowledged: its write times out (offsets.commit.timeout.ms) unanswered by
             # any follower, and the new coordinator never sees it.
             assert await asyncio.wait_for(zombie, 15) == [COORDINATOR_NOT_AVAILABLE]
