@@ -120,7 +120,7 @@ class GroupCoordinator:
         (Kafka creates it on the first FindCoordinator too), so a cluster whose brokers
         start one by one does not get an offsets topic on the first broker alone."""
         if self.broker.metadata.get(CONSUMER_OFFSETS) is None and self._creating is None and self._enough_brokers():
-            self.broker.replicas._spawn(self.ensure_topic())
+            self.broker.replicas.spawn(self.ensure_topic())
 
     def _enough_brokers(self) -> bool:
         return self.broker.metadata.single_node or len(self.broker.replicas.image.brokers) >= self.replication_factor
@@ -214,49 +214,21 @@ class GroupCoordinator:
         plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
         if plog is not None and plog.replicated and _loop_running():
             if self.runtime.begin_election(partition, epoch):
-                self.broker.replicas._spawn(self._load_off_loop(partition, epoch))
+                self.broker.replicas.spawn(self._load_off_loop(partition, epoch))
             return True
-        started = time.perf_counter()
-        before = self.records_loaded
-        ok = self._load(partition, now_ms)
-        if ok:
-            self._mark_loaded_offsets(partition)
-        self.load_time_ms += (time.perf_counter() - started) * 1000
-        if self.records_loaded - before > 1000:
-            log.info("loaded %d coordinator records of %s-%d", self.records_loaded - before, CONSUMER_OFFSETS, partition)
-        return ok
+        return self._load(partition, now_ms)
 
     async def _load_off_loop(self, partition: int, epoch: int) -> None:
         started = time.perf_counter()
         try:
-            pairs = await asyncio.to_thread(lambda: list(self.read_partition(partition)))
-            failure = None
+            pairs = await asyncio.to_thread(self.runtime.reader, partition)
+
+            def read():
+                return pairs
         except (StorageError, CodecError) as exc:
-            pairs, failure = [], exc
-
-        def read():
-            if failure is not None:
-                raise failure
-            return pairs
-
-        now = self.broker.clock()
-        try:
-            loaded = self.runtime.finish_election(partition, epoch, read, now)
-        except (StorageError, CodecError, CoordinatorUnavailable) as exc:
-            log.error("group coordinator shard %s-%d is unavailable (its groups cannot be served until it "
-                      "loads): %s", CONSUMER_OFFSETS, partition, exc)
-            self.unavailable[partition] = now + RELOAD_BACKOFF_MS
-            return
-        if not loaded:
-            return  # resigned (or re-elected and loaded) meanwhile
-        self.unavailable.pop(partition, None)
-        shard = self.runtime.shards[partition]
-        self.records_loaded += shard.records_replayed
-        self._mark_loaded_offsets(partition)
-        self.load_time_ms += (time.perf_counter() - started) * 1000
-        if shard.records_replayed > 1000:
-            log.info("loaded %d coordinator records of %s-%d in %.0f ms", shard.records_replayed, CONSUMER_OFFSETS,
-                     partition, (time.perf_counter() - started) * 1000)
+            def read(exc=exc):
+                raise exc  # inside finish_election, so the shard ends FAILED as any failed load
+        self._finish_load(partition, epoch, read, self.broker.clock(), started)
 
     def _mark_loaded_offsets(self, partition: int) -> None:
         """Kafka's CoordinatorLoaderImpl ends a load at the log end, committed up to the
@@ -283,23 +255,38 @@ class GroupCoordinator:
             self.runtime.on_resignation(partition)
 
     def _load(self, partition: int, now_ms: int) -> bool:
-        """Load one shard; on failure it stays unloaded (its groups unavailable) and is
+        """Load one shard now; on failure it stays unloaded (its groups unavailable) and is
         retried by `tick`. Loading writes records too (KIP-848 fail-over bumps), so a
-        full disk can fail it as well as an offline partition can."""
+        full disk can fail it as well as an offline partition can. A shard already loaded
+        (or still loading off the loop) is left as it is."""
+        epoch = self.epochs.get(partition, SINGLE_NODE_EPOCH)
+        if not self.runtime.begin_election(partition, epoch):
+            return self.runtime.state_of(partition) is ShardState.ACTIVE
+        return self._finish_load(partition, epoch, lambda: self.runtime.reader(partition), now_ms, time.perf_counter())
+
+    def _finish_load(self, partition: int, epoch: int, read, now_ms: int, started: float) -> bool:
+        """The runtime's finish_election and what both load paths keep track of: the
+        unavailable shards, the records loaded and how long it took, the committed
+        offset a replicated partition's load ends at."""
         try:
-            self.runtime.on_election(partition, self.epochs.get(partition, SINGLE_NODE_EPOCH), now_ms)
+            if not self.runtime.finish_election(partition, epoch, read, now_ms):
+                return False  # resigned (or re-elected and loaded) meanwhile
         except (StorageError, CodecError, CoordinatorUnavailable) as exc:
             if partition not in self.unavailable:
                 log.error("group coordinator shard %s-%d is unavailable (its groups cannot be served until it "
                           "loads): %s", CONSUMER_OFFSETS, partition, exc)
             self.unavailable[partition] = now_ms + RELOAD_BACKOFF_MS
             return False
-        shard = self.runtime.shards.get(partition)
-        if shard is None:
-            return False  # still loading off the loop (elect): that load finishes it
         if self.unavailable.pop(partition, None) is not None:
             log.info("group coordinator shard %s-%d loaded", CONSUMER_OFFSETS, partition)
+        shard = self.runtime.shards[partition]
         self.records_loaded += shard.records_replayed
+        self._mark_loaded_offsets(partition)
+        ms = (time.perf_counter() - started) * 1000
+        self.load_time_ms += ms
+        if shard.records_replayed > 1000:
+            log.info("loaded %d coordinator records of %s-%d in %.0f ms", shard.records_replayed, CONSUMER_OFFSETS,
+                     partition, ms)
         return True
 
     def read_partition(self, partition: int):

@@ -325,9 +325,10 @@ class ReplicaManager:
                         self.broker.coordinator.high_watermark_moved(tp[1], plog.high_watermark)
                 self.broker.purgatory.notify(tp)
             elif isinstance(effect, ProposeIsr):
-                self._spawn(self._propose(tp, effect))
+                self.spawn(self._propose(tp, effect))
 
-    def _spawn(self, coro) -> None:
+    def spawn(self, coro) -> None:
+        """Run `coro` as a task the manager cancels when it stops (nothing, with no loop)."""
         try:
             task = asyncio.get_running_loop().create_task(coro)
         except RuntimeError:  # no loop (a synchronous test): nothing can be written anyway
