@@ -104,10 +104,10 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
     answer_now when a partition's answer must not wait (an error, a preferred read
     replica, a high watermark a follower has not been sent)."""
     replica_id, replica_epoch = replica
-    # KIP-392: a consumer naming itself (Fetch v11+ client metadata) may read from a follower,
-    # and the leader may send it to one.
-    any_replica = replica_id < 0 and version >= CLIENT_METADATA_VERSION
-    selecting = any_replica and client is not None and broker.replicas.selector is not None
+    # KIP-392: a consumer naming itself (`client`: Fetch v11+ client metadata) may read from
+    # a follower, and the leader may send it to one.
+    any_replica = client is not None
+    selecting = any_replica and broker.replicas.selector is not None
     budget = body.max_bytes
     total = 0
     had_error = False
