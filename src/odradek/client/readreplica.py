@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from .errors import STALE_METADATA
 from .fetcher import PartitionState
 
 NO_REPLICA = -1
@@ -60,15 +61,10 @@ NO_REPLICA = -1
 # Fetch errors that send a partition back to its leader with a metadata refresh: Java's
 # handleInitializeCompletedFetchErrors (requestMetadataUpdate) and librdkafka's
 # "errors handled by rdkafka" (rd_kafka_toppar_delegate_to_leader + leader_unavailable).
-BACK_TO_LEADER = frozenset({
-    ErrorCode.not_leader_or_follower,
+# Every code that makes metadata stale, and four more.
+BACK_TO_LEADER = STALE_METADATA | frozenset({
     ErrorCode.offset_not_available,
-    ErrorCode.fenced_leader_epoch,
-    ErrorCode.unknown_leader_epoch,
     ErrorCode.replica_not_available,
-    ErrorCode.kafka_storage_error,
-    ErrorCode.leader_not_available,
-    ErrorCode.unknown_topic_or_partition,
     ErrorCode.unknown_topic_id,
     ErrorCode.inconsistent_topic_id,
 })
