@@ -174,7 +174,6 @@ def test_a_consumer_group_keeps_its_epochs_assignments_and_offsets_when_the_coor
         servers, brokers, coord = await _ready(tmp_path, etcd)
         try:
             await coord.create_topics_async([("t", 4, {})])
-            tid = coord.metadata.get("t").topic_id
             members, state = {}, {}
 
             def owned_of(r, owned):
