@@ -177,14 +177,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int, rf: int, configs: 
     raise RuntimeError(f"topic {topic}: no leader/full ISR within {timeout:.0f}s ({last})")
 
 
-def start_cluster(work: Path, overrides: list[str], notes: list[str], attempts: int = 3) -> LocalCluster:
-    """A started LocalCluster (etcd + 3 brokers on free ports). LocalCluster picks a free port,
-    closes it and lets the broker bind it: on a shared machine another process can take it
-    in between ("address already in use"). Such a failed start is stopped and retried with
-    new ports (at most `attempts` times), and noted."""
+def start_cluster(work: Path, overrides: list[str], notes: list[str], attempts: int = 3,
+                  log_level: str = "WARNING") -> LocalCluster:
+    """A started LocalCluster (etcd + 3 brokers on free ports, logging at `log_level`).
+    LocalCluster picks a free port, closes it and lets the broker bind it: on a shared
+    machine another process can take it in between ("address already in use"). Such a
+    failed start is stopped and retried with new ports (at most `attempts` times), and noted."""
     for attempt in range(1, attempts + 1):
         cluster = LocalCluster(work / f"cluster-{attempt}", brokers=3, racks=RACKS, port=0, overrides=overrides,
-                               log_level="WARNING")
+                               log_level=log_level)
         try:
             return cluster.start()
         except (RuntimeError, TimeoutError, OSError) as exc:

@@ -73,7 +73,6 @@ import queue
 import random
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -84,55 +83,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import ROOT, interrupt_on_sigterm, machine_line, stop_workers, table  # puts src/ on sys.path too
-from cluster import RACKS, EtcdWatch, admin, create_topic, versions
+from cluster import EtcdWatch, _median, admin, create_topic, start_cluster, versions
+from throughput import tree_cpu_s
 
 from odradek.cluster.names import CONSUMER_OFFSETS
-from odradek.commands.cluster import LocalCluster
 from odradek.coordinator.runtime import partition_for
 
 HB_OK = re.compile(r'ConsumerGroupHeartbeat response received for member id "[^"]*" with epoch (-?\d+)')
 COORD = re.compile(r"changing coordinator (-?\d+) -> (-?\d+)")
 
 
-def _median(xs: list[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 def _f(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process from /proc (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def start_cluster(work: Path, overrides: list[str], notes: list[str], log_level: str, attempts: int = 3
-                  ) -> LocalCluster:
-    """bench/cluster.py's start_cluster with the brokers' log level as an argument: a start
-    that fails (another process took the free port LocalCluster picked) is retried with
-    new ports, at most `attempts` times, and noted."""
-    for attempt in range(1, attempts + 1):
-        cluster = LocalCluster(work / f"cluster-{attempt}", brokers=3, racks=RACKS, port=0, overrides=overrides,
-                               log_level=log_level)
-        try:
-            return cluster.start()
-        except (RuntimeError, TimeoutError, OSError) as exc:
-            cluster.stop()
-            last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            notes.append(f"cluster start {attempt}/{attempts} failed: {last}")
-            if attempt == attempts:
-                raise
-        except BaseException:
-            cluster.stop()
-            raise
-    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------
@@ -327,7 +289,8 @@ def trial(args: argparse.Namespace, ttl_ms: int, rnd: random.Random, ctx: Any) -
                      f"group.consumer.heartbeat.interval.ms={args.heartbeat_ms}",
                      f"group.consumer.min.heartbeat.interval.ms={min(args.heartbeat_ms, 5000)}"]
         for attempt in range(1, args.rf_attempts + 1):
-            cluster = start_cluster(work / f"start-{attempt}", overrides, res["notes"], args.broker_log_level)
+            cluster = start_cluster(work / f"start-{attempt}", overrides, res["notes"],
+                                    log_level=args.broker_log_level)
             rf = offsets_replication(cluster.bootstrap)
             res["rf_starts"].append(min(rf.values()))
             if min(rf.values()) == 3:
@@ -409,7 +372,7 @@ def trial(args: argparse.Namespace, ttl_ms: int, rnd: random.Random, ctx: Any) -
             if now >= end or (stopping_at is not None and now >= stopping_at):
                 break
             if t_kill is None and now >= t_kill_at:
-                cpu0 = {k: sum(proc_cpu_s(p) for p in v) for k, v in pids.items()}
+                cpu0 = {k: tree_cpu_s(v) for k, v in pids.items()}
                 res["loadavg_at_kill"] = os.getloadavg()[0]
                 t_kill = time.monotonic()
                 if log_dir:
@@ -432,7 +395,7 @@ def trial(args: argparse.Namespace, ttl_ms: int, rnd: random.Random, ctx: Any) -
         if t_kill is None:
             res["error"] = "never killed the coordinator"
             return res
-        cpu1 = {k: sum(proc_cpu_s(p) for p in v) for k, v in pids.items()}
+        cpu1 = {k: tree_cpu_s(v) for k, v in pids.items()}
         res["cores"] = {k: (cpu1[k] - cpu0.get(k, cpu1[k])) / (t_end - t_kill) for k in pids}
         res.update(_measure(g, t_kill, coordinator, first_post_seq, args))
         res["produced"], res["delivery_errors"] = seq, errors[:5]
