@@ -6,7 +6,8 @@ replication factor; coordinator answers are released only once the high watermar
 their records, time out COORDINATOR_NOT_AVAILABLE when it does not, and a write refused
 for want of in-sync replicas keeps nothing; a KIP-848 group keeps its member epochs,
 assignments and committed offsets when its coordinator moves to another broker, and the
-deposed coordinator acknowledges nothing.
+deposed coordinator acknowledges nothing; a broker whose etcd lease may have lapsed serves
+no coordinator request until etcd answers again.
 """
 
 from __future__ import annotations
@@ -211,7 +212,17 @@ def test_a_consumer_group_keeps_its_epochs_assignments_and_offsets_when_the_coor
             new = next(b for b in others if b.config.node_id == _leader(b))
             await eventually(lambda: 0 in new.coordinator.runtime.shards, timeout=10.0)
 
-            # The deposed coordinator acknowledges nothing it writes now: its followers are gone.
+            # First line of defence: the deposed broker cannot count on its lease any more, so
+            # it answers nothing as a coordinator, neither a commit nor a read of stale offsets.
+            assert await _commit(old, members["A"], epoch_a, [("t", before["A"][1][0], 98)]) == [NOT_COORDINATOR]
+            stale = await _call(old, 9, 7, {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}],
+                                            "require_stable": False})
+            assert stale.error_code == NOT_COORDINATOR
+            found = await _call(old, 10, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+            assert found.coordinators[0].error_code == COORDINATOR_NOT_AVAILABLE  # it cannot vouch for its view
+            # Second line, with the first taken away (say, a clock that misjudged the lease):
+            # it acknowledges nothing it writes now, since its followers fetch elsewhere.
+            old.metadata.lease_current = lambda: True
             zombie = asyncio.ensure_future(_commit(old, members["A"], epoch_a, [("t", before["A"][1][0], 99)]))
             # The group carries on at the new coordinator: same epochs, same partitions.
             for m, mid in members.items():

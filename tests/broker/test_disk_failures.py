@@ -20,7 +20,7 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from odradek.records.codec import Record, decode_batches, encode_batch
 from tests.conftest import ODRADEK, ROOT, BrokerProcess

@@ -507,15 +507,44 @@ def test_a_broker_stalled_past_its_ttl_registers_again_with_a_new_epoch(etcd):
         b1, b2 = await started(etcd, 1, lease_ttl_ms=1000), await started(etcd, 2, lease_ttl_ms=1000)
         await controller_of(b1, b2)
         before = {n: b.epoch for n, b in b1.image().brokers.items()}
+        assert b1.lease_current() and b2.lease_current()
         time.sleep(3.5)  # the whole process stalls (a long GC pause, SIGSTOP): both leases expire
+        # Before anything else runs, each knows it cannot count on its lease: it may have
+        # been replaced while it stood still.
+        assert not b1.lease_current() and not b2.lease_current()
 
         def again():
             brokers = b1.image().brokers
             return set(brokers) == {1, 2} and all(brokers[n].epoch > before[n] for n in (1, 2))
         await eventually(again, timeout=8)
+        # Registered again, and the watch has applied it: it counts on the new lease.
+        await eventually(lambda: b1.lease_current() and b2.lease_current(), timeout=8)
+        assert b1._revision >= b1._lease_revision > 0
         await controller_of(b1, b2)
         await eventually(lambda: b1.image() == b2.image())
         await close_all(b1, b2)
+
+    run(body())
+
+
+def test_a_broker_counts_on_its_lease_for_its_ttl_from_the_last_refresh_it_sent(etcd):
+    now = [1000.0]  # the broker's clock, injected; etcd's runs on its own
+
+    async def body():
+        b = await started(etcd, 1, lease_ttl_ms=3000, clock=lambda: now[0])
+        ttl = b._granted_ttl
+        assert ttl >= 3 and b.lease_current()
+        now[0] += ttl * 0.85  # within the part of the TTL it counts on
+        assert b.lease_current()
+        now[0] += ttl * 0.1  # past it, with no refresh answered meanwhile
+        assert not b.lease_current()
+        # The next keepalive (every TTL/3 of real time) refreshes the lease; counted from
+        # when that refresh was sent on this clock.
+        sent_at = now[0]
+        await eventually(lambda: b.lease_current(), timeout=ttl)
+        assert b._lease_deadline == pytest.approx(sent_at + ttl * 0.9)
+        await b.close()
+        assert not b.lease_current()  # closed: no lease at all
 
     run(body())
 

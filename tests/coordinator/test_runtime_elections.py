@@ -142,3 +142,27 @@ def test_a_single_node_elects_everything_and_serves_as_before():
     c = Coord(partitions=3)
     assert {p: s for p, (s, _e) in c.runtime.states.items()} == {p: ShardState.ACTIVE for p in range(3)}
     assert c.commit("g", offsets=(("foo", 0, 1),)) == {("foo", 0): NONE}
+
+
+def test_a_node_that_is_not_serving_answers_nothing_and_runs_no_timers_until_it_serves_again():
+    """A broker whose cluster lease may have expired (broker/coordinator.py): its shards stay
+    loaded, but it refuses every request and runs no timer, so it neither answers from
+    state that may be stale nor expires the sessions it was frozen through."""
+    c = Coord()
+    serving = [True]
+    c.runtime.serving = lambda: serving[0]
+    c.hb("g", "A")
+    before = c.snapshot()
+    assert c.runtime.next_deadline() is not None  # A's session timer
+    serving[0] = False
+    assert _code(c.runtime.submit("g", lambda s, now: Result([], "ok"), c.now)) == NOT_COORDINATOR
+    with pytest.raises(CoordinatorUnavailable) as refused:
+        c.runtime.read("g")
+    assert refused.value.code == NOT_COORDINATOR
+    assert c.runtime.next_deadline() is None  # a driver has nothing to wait for
+    c.now += 10 * 60_000  # far past A's session timeout
+    assert c.runtime.tick(c.now) == 0
+    assert c.snapshot() == before  # A is still a member: nothing expired it
+    serving[0] = True  # the lease was current after all: it serves again from where it was
+    assert c.runtime.submit("g", lambda s, now: Result([], "ok"), c.now).result() == "ok"
+    assert c.runtime.tick(c.now) > 0  # and the overdue timer runs now

@@ -1,11 +1,13 @@
 """sim/cluster.py: coordinator brokers over a replicated __consumer_offsets; the coordinator
-moves, the old one is a zombie until it hears, and groups keep working."""
+moves, the old one is a zombie until it hears (serving nothing, its lease being gone; and,
+without that check, acknowledging nothing it writes), and groups keep working."""
 
 from __future__ import annotations
 
 import pytest
 
 from odradek.protocol.errors import NOT_COORDINATOR
+from odradek.sim import defects
 from odradek.sim import run as sim_run
 from odradek.sim import scenario
 from odradek.sim.coordinator import COMMIT_TIMEOUT_MS
@@ -66,39 +68,15 @@ def test_an_answer_waits_until_a_follower_has_the_records():
     assert world.fenced_checker.acked, "no commit was acknowledged"
 
 
-def test_a_zombie_coordinator_acknowledges_nothing_it_writes_and_is_fenced_when_it_hears():
-    world = _quiet_world(3, "consumer")
-    answers = Answers(world)
+def _moved(world: World, answers: Answers):
     c = world.coordinator
     c.all_observers.append(answers)
     world.run_until(8000)
     assert sim_run.converged(world)
-    p = c.group_partition
-    old, new = c.move()
-    epoch = old.view[p].leader_epoch
-    deposed_at = c.deposed[(p, epoch)]
-    hw = old.logs[p].hw
-    assert new is c.leader and new.leads(p) and old.leads(p)  # the zombie still believes it leads
-    assert old.node_id not in c.states[p].isr and c.find_coordinator() in (old.node_id, new.node_id)
-    moved_at = world.now
-    world.run_until(moved_at + COMMIT_TIMEOUT_MS - 1000)  # its waiting answers have not timed out yet
+    return c.move()
 
-    assert [r for r in answers.requests if r[0] > moved_at and r[1] == old.node_id], "nobody reached the zombie"
-    zombie_answers = [a for a in answers.seen if a[0] > moved_at and a[1] == old.node_id]
-    assert old.logs[p].end > deposed_at, "the zombie wrote nothing"
-    assert old.logs[p].hw == hw  # nobody copies it, so its high watermark stays
-    assert not [a for a in zombie_answers if a[2] == OFFSET_COMMIT and a[3] == {0}], \
-        "the zombie acknowledged a commit"
-    assert all(e.epoch != epoch for e in new.logs[p].entries[deposed_at:])
 
-    learned_at = world.now
-    assert c.learn(old)
-    world.run_until(learned_at + 1000)
-    told = [a for a in answers.seen if a[0] >= learned_at and a[1] == old.node_id]
-    assert any(NOT_COORDINATOR in codes for *_, codes in told), "the zombie's waiting answers did not fail"
-    assert not old.leads(p)
-    assert old.logs[p].entries == new.logs[p].entries[:old.logs[p].end]  # its zombie writes are gone
-
+def _heals_and_converges(world: World, new) -> None:
     scenario.heal(world)
     assert world.run_until(world.now + sim_run.liveness_bound_ms(world), stop=lambda: sim_run.converged(world))
     world.fenced_checker.final(world)
@@ -106,6 +84,64 @@ def test_a_zombie_coordinator_acknowledges_nothing_it_writes_and_is_fenced_when_
     assert not world.violations, world.violations
     for m in world.live_members():
         assert m.link.broker == new.node_id
+
+
+def test_a_zombie_coordinator_serves_nothing_writes_nothing_and_follows_when_it_hears():
+    """The lease check (broker/coordinator.py): the controller deposes only a broker whose
+    lease expired, and the broker's own clock saw that first."""
+    world = _quiet_world(3, "consumer")
+    answers = Answers(world)
+    old, new = _moved(world, answers)
+    c = world.coordinator
+    p = c.group_partition
+    end = old.logs[p].end
+    assert old.leads(p) and not old.serving()  # it still believes it leads, but cannot count on its lease
+    assert all(c.find_coordinator() == new.node_id for _ in range(20))  # it names nobody, itself least
+    moved_at = world.now
+    world.run_until(moved_at + COMMIT_TIMEOUT_MS - 1000)
+    reached = [a for a in answers.seen if a[0] > moved_at and a[1] == old.node_id]
+    assert reached, "nobody reached the zombie"
+    assert all(NOT_COORDINATOR in codes for *_, codes in reached), reached
+    assert old.logs[p].end == end, "the zombie wrote"
+    assert c.learn(old)
+    world.run_until(world.now + 1000)
+    assert not old.leads(p) and old.serving()
+    _heals_and_converges(world, new)
+
+
+def test_without_the_lease_check_a_zombie_acknowledges_nothing_it_writes_and_is_fenced_when_it_hears():
+    """The second line of defence: answers wait for the high watermark, which nobody moves
+    for a zombie (defect `no-lease-check` takes the first line away)."""
+    with defects.inject("no-lease-check"):
+        world = _quiet_world(3, "consumer")
+        answers = Answers(world)
+        old, new = _moved(world, answers)
+        c = world.coordinator
+        p = c.group_partition
+        epoch = old.view[p].leader_epoch
+        deposed_at = c.deposed[(p, epoch)]
+        hw = old.logs[p].hw
+        assert new is c.leader and new.leads(p) and old.leads(p)  # the zombie still believes it leads
+        assert old.node_id not in c.states[p].isr and c.find_coordinator() in (old.node_id, new.node_id)
+        moved_at = world.now
+        world.run_until(moved_at + COMMIT_TIMEOUT_MS - 1000)  # its waiting answers have not timed out yet
+
+        assert [r for r in answers.requests if r[0] > moved_at and r[1] == old.node_id], "nobody reached the zombie"
+        zombie_answers = [a for a in answers.seen if a[0] > moved_at and a[1] == old.node_id]
+        assert old.logs[p].end > deposed_at, "the zombie wrote nothing"
+        assert old.logs[p].hw == hw  # nobody copies it, so its high watermark stays
+        assert not [a for a in zombie_answers if a[2] == OFFSET_COMMIT and a[3] == {0}], \
+            "the zombie acknowledged a commit"
+        assert all(e.epoch != epoch for e in new.logs[p].entries[deposed_at:])
+
+        learned_at = world.now
+        assert c.learn(old)
+        world.run_until(learned_at + 1000)
+        told = [a for a in answers.seen if a[0] >= learned_at and a[1] == old.node_id]
+        assert any(NOT_COORDINATOR in codes for *_, codes in told), "the zombie's waiting answers did not fail"
+        assert not old.leads(p)
+        assert old.logs[p].entries == new.logs[p].entries[:old.logs[p].end]  # its zombie writes are gone
+        _heals_and_converges(world, new)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -19,7 +19,11 @@ watermark move of an offsets partition (`high_watermark_moved`), which releases 
 answers waiting for it. A deposed leader (a zombie) keeps its uncommitted answers
 unreleased, since the followers now fetch from the new leader, until it learns of the new
 leader and resigns, which fails them NOT_COORDINATOR: nothing it accepted after losing
-the lead is ever acknowledged. Answers still waiting after `offsets.commit.timeout.ms`
+the lead is ever acknowledged. Nor does it answer from state that may be stale: leadership
+moves only off a broker whose cluster lease expired, so a broker that cannot be sure its
+lease lives (`lease_current`: no refresh within the TTL, as after a SIGSTOP) refuses every
+coordinator request with NOT_COORDINATOR, writes nothing and runs no timers until etcd
+answers (and it then learns whether it was replaced). Answers still waiting after `offsets.commit.timeout.ms`
 fail COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, normalized as
 GroupCoordinatorService does); their records stay in the log and may still commit.
 
@@ -78,6 +82,7 @@ class GroupCoordinator:
         self.runtime = CoordinatorRuntime(
             self.config, self._write, self.build_image(), group_overrides=self._group_overrides,
             reader=lambda p: list(self.read_partition(p)), commit_on_write=self._commits_on_write,
+            serving=lambda: self.broker.metadata.lease_current(),
         )
         self.commit_timeout_ms = int(broker.config.extra.get("offsets.commit.timeout.ms", "5000"))
         self._stalled: dict[int, int] = {}  # partition -> since when answers wait for its high watermark
@@ -181,7 +186,7 @@ class GroupCoordinator:
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
         tp = (CONSUMER_OFFSETS, partition)
         replicas = self.broker.replicas
-        if not replicas.is_leader(tp):
+        if not replicas.is_leader(tp) or not self.broker.metadata.lease_current():
             # KIP-848 "Fencing" of the coordinator itself: only the partition leader writes.
             raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition} is led elsewhere")
         if replicas.append_error(tp, -1) == NOT_ENOUGH_REPLICAS:

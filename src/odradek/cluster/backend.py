@@ -58,6 +58,10 @@ class MetadataBackend(Protocol):
     # for more brokers to register before they are created at their replication factor).
     single_node: bool
 
+    # Whether this broker can be sure it has not been replaced as leader of what it leads
+    # (its cluster registration surely lives); coordinators serve only while it is.
+    def lease_current(self) -> bool: ...
+
     # --- lifecycle ---
     async def start(self, me: BrokerInfo) -> None: ...
     async def close(self) -> None: ...
@@ -151,6 +155,9 @@ class FileBackend(MirroredReads):
 
     def compact(self) -> None:
         self.store.compact()
+
+    def lease_current(self) -> bool:
+        return True  # nobody else can ever lead what this node leads
 
     def _place(self, name: str, first: int) -> None:
         """Partitions `first..` of topic `name` as they exist in the store now (or none)."""

@@ -29,6 +29,7 @@ import base64
 import functools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -62,6 +63,9 @@ log = logging.getLogger(__name__)
 PRODUCER_ID_BLOCK = 1000  # as MetadataStore and Kafka's ProducerIdManager hand them out
 MIN_BACKOFF, MAX_BACKOFF = 0.05, 1.0  # seconds between retries of the background tasks
 CAS_RETRIES = 5
+# The part of a lease's TTL a broker counts on (see lease_current): the rest covers a clock
+# that runs a little slower here than at etcd.
+LEASE_TRUST = 0.9
 # gRPC channel: reconnect quickly once etcd is back, notice a silent peer (keepalive pings
 # every 10 s are above etcd's 5 s --grpc-keepalive-min-time), no 4 MiB cap on a large load.
 _CHANNEL_OPTIONS = {
@@ -107,7 +111,7 @@ class EtcdBackend(MirroredReads):
     def __init__(self, endpoints: list[tuple[str, int]], node_id: int, *, prefix: str = "/odradek",
                  lease_ttl_ms: int = 6000, new_id: Callable[[], uuid.UUID] | None = None,
                  unclean: Callable[[str], bool] = lambda topic: False, request_timeout_ms: int = 5000,
-                 max_txn_ops: int = 128) -> None:
+                 max_txn_ops: int = 128, clock: Callable[[], float] = time.monotonic) -> None:
         if not endpoints:
             raise ValueError("no etcd endpoints")
         self.endpoints = list(endpoints)
@@ -131,6 +135,12 @@ class EtcdBackend(MirroredReads):
         self._ep = 0
         self._lease = 0
         self._granted_ttl = 0  # etcd may grant more than asked (its minimum TTL)
+        # Until when (on `clock`) the lease surely lives, and the registration revision the
+        # watch must have applied before the broker trusts its view (see lease_current).
+        self._clock = clock
+        self._lease_deadline = float("-inf")
+        self._lease_revision = 0
+        self._lapse_logged = False
         self._me: BrokerInfo | None = None
         self._tasks: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()
@@ -145,6 +155,26 @@ class EtcdBackend(MirroredReads):
     def is_controller(self) -> bool:
         node, _, lease = self.mirror.controller
         return node == self.node_id and lease == self._lease != 0
+
+    def lease_current(self) -> bool:
+        """Whether this broker can be sure nobody has been elected in its place: the
+        controller moves leadership only off a broker whose registration is gone, and the
+        registration lives as long as its lease. Judged locally, with no I/O: the lease lives
+        at least its TTL from when the last refresh etcd answered was sent (etcd counts from
+        when it got it, later), of which LEASE_TRUST is counted on. After a new registration
+        (the old lease expired: etcd, or this process, stood still), only once the watch has
+        applied it, and so every change made while the old lease was gone, such as leaders
+        elected in this broker's place. A SIGSTOPped coordinator that wakes up after its lease
+        expired therefore answers NOT_COORDINATOR at once, not from state that may be stale."""
+        current = self._lease != 0 and self._clock() < self._lease_deadline and self._revision >= self._lease_revision
+        if current == self._lapse_logged:
+            self._lapse_logged = not current
+            if current:
+                log.info("broker %d: its etcd lease is current again", self.node_id)
+            else:
+                log.warning("broker %d: its etcd lease may have expired; coordinator requests get NOT_COORDINATOR "
+                            "until etcd answers", self.node_id)
+        return current
 
     # --- connection -------------------------------------------------------------------------
 
@@ -314,11 +344,14 @@ class EtcdBackend(MirroredReads):
         assert self._me is not None
         key = self.mirror.key("brokers", str(self.node_id))
         doc = {"host": self._me.host, "port": self._me.port, "rack": self._me.rack}
+        sent = self._clock()
         lease = await self._call("lease grant", lambda c: c.lease(self.lease_ttl_s))
         for _ in range(CAS_RETRIES):
             res = await self._txn([_cmp_create(key, 0)], [_put(key, doc, lease.id)], [_get(key)])
             if res.succeeded:
                 self._lease, self._granted_ttl = lease.id, lease.ttl
+                self._lease_deadline = sent + lease.ttl * LEASE_TRUST
+                self._lease_revision = res.revision
                 self._campaign_kick.set()
                 return res.revision
             old = res.kvs.get(key)
@@ -438,6 +471,7 @@ class EtcdBackend(MirroredReads):
         interval = (self._granted_ttl or self.lease_ttl_s) / 3
         await asyncio.sleep(interval)
         lease, client = self._lease, self._client
+        sent = self._clock()
         try:
             async with asyncio.timeout(max(interval, 0.5)):
                 reply = await self._call("lease keepalive", lambda c: c.refresh_lease(lease))
@@ -447,7 +481,9 @@ class EtcdBackend(MirroredReads):
             raise MetadataUnavailable("lease keepalive timed out") from None
         if reply is None:
             raise MetadataUnavailable("lease keepalive: no answer")
-        if reply.TTL <= 0 and lease == self._lease:
+        if reply.TTL > 0 and lease == self._lease:
+            self._lease_deadline = max(self._lease_deadline, sent + reply.TTL * LEASE_TRUST)
+        elif reply.TTL <= 0 and lease == self._lease:
             log.warning("broker %d: its etcd lease expired; registering again with a new broker epoch", self.node_id)
             await self._register()
 

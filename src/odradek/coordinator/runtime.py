@@ -181,6 +181,7 @@ class CoordinatorRuntime:
         group_overrides: Callable[[str], dict[str, int]] = lambda _g: {},
         reader: Reader | None = None,
         commit_on_write: bool | Callable[[int], bool] = True,
+        serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self.config = config
         self.writer = writer
@@ -189,6 +190,12 @@ class CoordinatorRuntime:
         # when the high watermark passes them (the driver calls complete_up_to): a bool for
         # every partition, or asked per partition.
         self.commit_on_write = commit_on_write
+        # Whether this node may act as a coordinator at all now: False while it cannot be
+        # sure it has not been replaced (a broker whose cluster lease may have expired,
+        # cluster/etcd_store.py `lease_current`). Its shards then answer nothing and run no
+        # timers; they stay loaded, so the node serves again at once if it was not replaced.
+        self.serving = serving
+        self._refresh_pending = False  # the image changed while not serving: groups not refreshed yet
         self.image = image or MetadataImage()
         self.new_member_id = new_member_id
         self.group_overrides = group_overrides
@@ -221,6 +228,9 @@ class CoordinatorRuntime:
         """The group's shard, or CoordinatorUnavailable saying why it cannot be served here."""
         partition = self.partition_for(group_id)
         shard = self.shards.get(partition)
+        if shard is not None and not self.serving():
+            raise CoordinatorUnavailable(NOT_COORDINATOR, f"partition {partition} of group {group_id}: this node "
+                                                          "cannot be sure it still leads it")
         if shard is None:
             code = _REFUSAL[self.state_of(partition)]
             raise CoordinatorUnavailable(code, f"partition {partition} of group {group_id}: {code.name}")
@@ -518,8 +528,14 @@ class CoordinatorRuntime:
 
     def tick(self, now_ms: int) -> int:
         """Run every due timer; returns how many ran. A timer whose write fails reverts its
-        shard (and the load re-arms the timers) without stopping the other shards'."""
+        shard (and the load re-arms the timers) without stopping the other shards'. None
+        run while the node is not serving: a node that may have been replaced must not, say,
+        expire every session it was frozen through; its timers stay due."""
         ran = 0
+        if not self.serving():
+            return ran
+        if self._refresh_pending:
+            self._refresh_groups(now_ms)
         for shard in list(self.shards.values()):
             for _key, op in shard.timer.due(now_ms):
                 if self.shards.get(shard.partition) is not shard:
@@ -532,6 +548,10 @@ class CoordinatorRuntime:
         return ran
 
     def next_deadline(self) -> int | None:
+        if not self.serving():
+            return None  # nothing runs until it serves again (a driver must not spin on it)
+        if self._refresh_pending:
+            return 0
         deadlines = [d for s in self.shards.values() if (d := s.timer.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
 
@@ -550,6 +570,14 @@ class CoordinatorRuntime:
             if created:
                 # Callers number images upwards; one that does not still makes resolutions stale.
                 shard.new_topics_version = max(image.version, shard.new_topics_version + 1)
+        if self.serving():
+            self._refresh_groups(now_ms)
+        else:
+            self._refresh_pending = True  # done by the first tick that serves (a refresh writes)
+
+    def _refresh_groups(self, now_ms: int) -> None:
+        self._refresh_pending = False
+        for shard in list(self.shards.values()):
             for group in list(shard.consumer_groups.values()):
                 answer = Deferred()
                 self._run_guarded(shard, lambda s, _now, group=group: Result(refresh_metadata(s, group), None),

@@ -29,11 +29,15 @@ higher epoch and it reloads by replay. `move` hands leadership to another broker
 ISR at a new epoch, with the old leader out of the ISR (the controller lost it), as a
 controller does with a broker whose session it lost. The new leader loads by replay of
 its own replica. The old one, if it is up, is a zombie for a while (`deaf`): it hears of
-nothing, so it still believes it leads and answers what reaches it (links opened before,
-and clients whose FindCoordinator it answered with itself), but nobody copies its
-appends, so its high watermark never passes them and its answers that wait for them are
-never released. When it hears (`learn`), it resigns (its waiting answers fail
-NOT_COORDINATOR), follows the new leader and truncates what it wrote as a zombie.
+nothing, so it still believes it leads, but it cannot count on its lease any more (the
+controller moved the lead because that lease expired, which the broker's own clock saw
+first: cluster/etcd_store.py `lease_current`), so it answers every coordinator request
+NOT_COORDINATOR, writes nothing and runs no timers. Nobody copies what it appended before
+and had not committed, so its high watermark never passes it and the answers waiting for
+it are never released. When it hears (`learn`), it resigns (its waiting answers fail
+NOT_COORDINATOR), follows the new leader and truncates what it wrote as a zombie. The
+defect `no-lease-check` takes the lease check away: the zombie then answers, from state
+that may be stale, whatever reaches it.
 
 For the checkers this object is "the coordinator" the single-node simulator had: `up`,
 `runtime`, `log`, `crashes` (every fail-over: a crash or a move) and `replayed_shard` are
@@ -159,11 +163,15 @@ class SimCluster:
 
     def find_coordinator(self) -> int:
         """FindCoordinator: a broker that is up (drawn) answers the leader of the group's
-        partition as it knows it; a zombie answers itself."""
+        partition as it knows it."""
         up = [b for b in self.brokers if b.up]
         if not up:
             return self.leader_id
         asked = self.world.rng.choice(up)
+        if not asked.serving():
+            # A zombie answers COORDINATOR_NOT_AVAILABLE (find_coordinator.py: it cannot vouch
+            # for its view); the client asks again, here at once and at a broker that can.
+            asked = next((b for b in up if b.serving()), asked)
         return asked.view[self.group_partition].leader
 
     # ------------------------------------------------------------------ controller

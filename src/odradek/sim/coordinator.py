@@ -16,8 +16,11 @@ and an answer is released only when the high watermark passes the records it wai
 alone in its ISR every append moves it at once. Becoming leader loads the shard by
 replaying this broker's replica (`on_election`); ceasing to lead unloads it
 (`on_resignation`: parked requests and answers not yet released fail NOT_COORDINATOR).
-A broker that is deposed without hearing of it (a zombie, sim/cluster.py) goes on as
-leader: its appends are never copied, so its high watermark never passes them.
+A broker that is deposed without hearing of it (a zombie, sim/cluster.py) keeps its
+shards but serves nothing as coordinator (`serving`, the broker's lease check): leadership
+moves only off a broker whose lease expired, so its own count of the lease ran out first.
+What it had appended and not yet committed is never copied, so its high watermark never
+passes it and those answers are never released.
 
 Two rules are the broker's driver's (broker/coordinator.py), mirrored here: a load ends
 at the log end but is committed only up to the high watermark (Kafka's
@@ -68,7 +71,7 @@ from odradek.coordinator.errors import CoordinatorUnavailable, error_code_for
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.runtime import CoordinatorRuntime
 from odradek.coordinator.shard import Shard
-from odradek.protocol.errors import COORDINATOR_NOT_AVAILABLE
+from odradek.protocol.errors import COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 from odradek.protocol.messages import Request, encode_response, parse_request
 from odradek.replication.leader import HighWatermark, LeaderPartition, ProposeIsr
 
@@ -193,9 +196,19 @@ class SimCoordinator:
         rng = self.rng
         return CoordinatorRuntime(self.config, self._write, self.metadata.image(self.image_version),
                                   new_member_id=lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                                  reader=lambda p: self.logs[p].pairs(), commit_on_write=False)
+                                  reader=lambda p: self.logs[p].pairs(), commit_on_write=False,
+                                  serving=self.serving)
+
+    def serving(self) -> bool:
+        """Whether this broker can count on its lease (broker/coordinator.py, cluster/
+        etcd_store.py `lease_current`): not while it is a zombie. The controller deposes only
+        a broker whose lease expired, which the broker's own clock saw first."""
+        return self.cluster is None or self.node_id not in self.cluster.deaf
 
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
+        if not self.serving():
+            # broker/coordinator.py refuses so; the runtime rebuilds the shard from its log.
+            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{self} cannot count on its lease")
         leader = self.leading.get(partition)
         assert leader is not None, f"{self} wrote to __consumer_offsets-{partition}, which it does not lead"
         log = self.logs[partition]

@@ -20,6 +20,9 @@ with a seed that replays it:
                          diverges from the leader's (no leader epochs, KIP-101's bug): a
                          deposed leader keeps what it wrote as a zombie, and serves it
                          when it leads again
+  no-lease-check         a zombie coordinator goes on serving until it hears it was deposed
+                         (no local lease check): it answers OffsetFetch with offsets the
+                         new coordinator has moved past, which its members then commit
 """
 
 from __future__ import annotations
@@ -147,6 +150,10 @@ def _no_truncation():
     return _swap(sim_cluster, "follow", follow)
 
 
+def _no_lease_check():
+    return _swap(sim_coordinator.SimCoordinator, "serving", lambda self: True)
+
+
 DEFECTS = {
     "assign-before-revoke": _assign_before_revoke,
     "accept-zombie-commits": _accept_zombie_commits,
@@ -156,6 +163,7 @@ DEFECTS = {
     "replay-skips-offsets": _replay_skips_offsets,
     "commit-on-write": _commit_on_write,
     "no-truncation": _no_truncation,
+    "no-lease-check": _no_lease_check,
 }
 
 

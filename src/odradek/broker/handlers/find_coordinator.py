@@ -2,7 +2,9 @@
 
 The coordinator of a group is the leader of its `__consumer_offsets` partition (Kafka's
 GroupCoordinator.partitionFor): on a single broker, this node; in a cluster, whichever
-broker leads it now, or COORDINATOR_NOT_AVAILABLE while it has no leader. Transactions are not implemented: transaction
+broker leads it now, or COORDINATOR_NOT_AVAILABLE while it has no leader, or while this
+broker's cluster lease may have expired (its view may be stale; it would name itself, and
+then refuse the group with NOT_COORDINATOR, broker/coordinator.py). Transactions are not implemented: transaction
 keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as InitProducerId does.
 """
 
@@ -41,6 +43,9 @@ def _lookup(broker, key: str, key_type: int) -> dict:
     if broker.metadata.get(CONSUMER_OFFSETS) is None and not broker.metadata.single_node:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
                 "error_message": f"{CONSUMER_OFFSETS} is not created yet"}
+    if not broker.metadata.lease_current():
+        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
+                "error_message": "this broker's view of the cluster may be stale; ask another broker"}
     if state is None or state.leader == broker.config.node_id:
         return {"key": key, "node_id": broker.config.node_id, "host": host, "port": port, "error_code": NONE,
                 "error_message": None}
