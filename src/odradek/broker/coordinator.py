@@ -23,8 +23,8 @@ the lead is ever acknowledged. Nor does it answer from state that may be stale: 
 moves only off a broker whose cluster lease expired, so a broker that cannot be sure its
 lease lives (`lease_current`: no refresh within the TTL, as after a SIGSTOP) refuses every
 coordinator request with NOT_COORDINATOR, writes nothing and runs no timers until etcd
-answers (and it then learns whether it was replaced). Answers still waiting after `offsets.commit.timeout.ms`
-fail COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, normalized as
+answers (and it then learns whether it was replaced). Answers still waiting after
+`offsets.commit.timeout.ms` fail COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, normalized as
 GroupCoordinatorService does); their records stay in the log and may still commit.
 
 Before a write, the partition must still be led here (else NOT_COORDINATOR) and, as the
@@ -186,9 +186,12 @@ class GroupCoordinator:
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
         tp = (CONSUMER_OFFSETS, partition)
         replicas = self.broker.replicas
-        if not replicas.is_leader(tp) or not self.broker.metadata.lease_current():
+        if not replicas.is_leader(tp):
             # KIP-848 "Fencing" of the coordinator itself: only the partition leader writes.
             raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition} is led elsewhere")
+        if not self.broker.metadata.lease_current():
+            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition}: this broker cannot "
+                                                          "count on its lease, so may have been replaced")
         if replicas.append_error(tp, -1) == NOT_ENOUGH_REPLICAS:
             raise CoordinatorUnavailable(COORDINATOR_NOT_AVAILABLE,
                                          f"{CONSUMER_OFFSETS}-{partition}: fewer in-sync replicas than min.insync.replicas")

@@ -4,8 +4,9 @@ The coordinator of a group is the leader of its `__consumer_offsets` partition (
 GroupCoordinator.partitionFor): on a single broker, this node; in a cluster, whichever
 broker leads it now, or COORDINATOR_NOT_AVAILABLE while it has no leader, or while this
 broker's cluster lease may have expired (its view may be stale; it would name itself, and
-then refuse the group with NOT_COORDINATOR, broker/coordinator.py). Transactions are not implemented: transaction
-keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as InitProducerId does.
+then refuse the group with NOT_COORDINATOR, broker/coordinator.py). Transactions are not
+implemented: transaction keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as
+InitProducerId does.
 """
 
 from __future__ import annotations
