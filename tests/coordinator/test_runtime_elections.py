@@ -15,7 +15,7 @@ from odradek.coordinator.runtime import (
     ShardState,
 )
 from odradek.coordinator.shard import Result
-from odradek.protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, NONE, NOT_COORDINATOR
+from odradek.protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NONE, NOT_COORDINATOR
 from tests.coordinator.classic.helpers import join_dynamic
 from tests.coordinator.harness import FOO, Coord
 
@@ -166,3 +166,22 @@ def test_a_node_that_is_not_serving_answers_nothing_and_runs_no_timers_until_it_
     serving[0] = True  # the lease was current after all: it serves again from where it was
     assert c.runtime.submit("g", lambda s, now: Result([], "ok"), c.now).result() == "ok"
     assert c.runtime.tick(c.now) > 0  # and the overdue timer runs now
+
+
+def test_answers_waiting_longer_than_the_write_timeout_fail_and_progress_restarts_it():
+    """Kafka's write timeout (offsets.commit.timeout.ms), kept by the runtime for every driver."""
+    c = Coord()
+    c.runtime.commit_on_write = False
+    c.runtime.write_timeout_ms = 5_000
+    first = c.runtime.submit("g", lambda s, now: Result([R.group_epoch("g", 1)], "one"), c.now)
+    second = c.runtime.submit("g", lambda s, now: Result([R.group_epoch("g", 2)], "two"), c.now + 1)
+    assert not first.done and not second.done
+    assert c.runtime.next_deadline() == c.now + 5_000
+    assert c.runtime.fail_stalled_writes(c.now + 4_999) == []
+    last = c.runtime.shards[0].last_written_offset
+    c.runtime.complete_up_to(0, last - 1, c.now + 4_000)  # the first commits: the timeout starts again
+    assert first.result() == "one" and not second.done
+    assert c.runtime.fail_stalled_writes(c.now + 8_999) == []
+    assert c.runtime.fail_stalled_writes(c.now + 9_000) == [(0, 5_000)]
+    assert _code(second) == COORDINATOR_NOT_AVAILABLE
+    assert c.runtime.next_deadline() == c.runtime.shards[0].timer.next_deadline()  # only the shard's own timers left

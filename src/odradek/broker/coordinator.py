@@ -16,7 +16,7 @@ A write to a partition with one replica is committed as soon as it is appended; 
 a replicated one is committed when the high watermark passes it (Kafka's coordinator
 runtime completes its deferred answers then): the replica manager reports every high
 watermark move of an offsets partition (`high_watermark_moved`), which releases the
-answers waiting for it. A deposed leader (a zombie) keeps its uncommitted answers
+answers waiting for it (and restarts the runtime's write timeout). A deposed leader (a zombie) keeps its uncommitted answers
 unreleased, since the followers now fetch from the new leader, until it learns of the new
 leader and resigns, which fails them NOT_COORDINATOR: nothing it accepted after losing
 the lead is ever acknowledged. Nor does it answer from state that may be stale: leadership
@@ -83,9 +83,8 @@ class GroupCoordinator:
             self.config, self._write, self.build_image(), group_overrides=self._group_overrides,
             reader=lambda p: list(self.read_partition(p)), commit_on_write=self._commits_on_write,
             serving=lambda: self.broker.metadata.lease_current(),
+            write_timeout_ms=int(broker.config.extra.get("offsets.commit.timeout.ms", "5000")),
         )
-        self.commit_timeout_ms = int(broker.config.extra.get("offsets.commit.timeout.ms", "5000"))
-        self._stalled: dict[int, int] = {}  # partition -> since when answers wait for its high watermark
         self._creating: asyncio.Future | None = None  # the offsets topic being created
         self.load_time_ms = 0.0
         self.records_loaded = 0
@@ -176,12 +175,7 @@ class GroupCoordinator:
     def high_watermark_moved(self, partition: int, high_watermark: int) -> None:
         """The replica manager moved the high watermark of an offsets partition led here:
         release the answers waiting for records below it."""
-        self.runtime.complete_up_to(partition, high_watermark - 1)
-        shard = self.runtime.shards.get(partition)
-        if shard is not None and shard.last_committed_offset < shard.last_written_offset:
-            self._stalled[partition] = self.broker.clock()  # progress: the write timeout starts again
-        else:
-            self._stalled.pop(partition, None)
+        self.runtime.complete_up_to(partition, high_watermark - 1, self.broker.clock())
 
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
         tp = (CONSUMER_OFFSETS, partition)
@@ -204,8 +198,6 @@ class GroupCoordinator:
             plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
             # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
             last = plog.append(batch, [read_header(batch)], now_ms, self.epochs.get(partition, SINGLE_NODE_EPOCH)).last_offset
-            if plog.replicated:
-                self._stalled.setdefault(partition, now_ms)
             replicas.appended(tp, plog)  # may move the high watermark at once (an ISR of one)
             return last
         except StorageError as exc:
@@ -238,27 +230,12 @@ class GroupCoordinator:
                 raise exc  # inside finish_election, so the shard ends FAILED as any failed load
         self._finish_load(partition, epoch, read, self.broker.clock(), started)
 
-    def _mark_loaded_offsets(self, partition: int) -> None:
-        """Kafka's CoordinatorLoaderImpl ends a load at the log end, committed up to the
-        high watermark: a new leader's records beyond it (the previous leader's last
-        writes) are committed once the followers have them, and answers that describe
-        them wait until then too."""
-        plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
-        shard = self.runtime.shards.get(partition)
-        if plog is None or shard is None or not plog.replicated:
-            return
-        shard.last_written_offset = max(shard.last_written_offset, plog.log_end_offset - 1)
-        shard.last_committed_offset = min(shard.last_written_offset, plog.high_watermark - 1)
-        if shard.last_committed_offset < shard.last_written_offset:
-            self._stalled.setdefault(partition, self.broker.clock())
-
     def resign(self, partition: int, epoch: int | None) -> None:
         """This broker no longer leads `partition`: its shard unloads (parked requests and
         waiting answers fail NOT_COORDINATOR, the clients find the new leader), or stops
         loading (a load still reading its log is then discarded)."""
         self.epochs.pop(partition, None)
         self.unavailable.pop(partition, None)
-        self._stalled.pop(partition, None)
         if self.runtime.state_of(partition) in (ShardState.ACTIVE, ShardState.LOADING):
             self.runtime.on_resignation(partition)
 
@@ -289,7 +266,9 @@ class GroupCoordinator:
             log.info("group coordinator shard %s-%d loaded", CONSUMER_OFFSETS, partition)
         shard = self.runtime.shards[partition]
         self.records_loaded += shard.records_replayed
-        self._mark_loaded_offsets(partition)
+        plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
+        if plog is not None and plog.replicated:
+            self.runtime.loaded_up_to(partition, plog.log_end_offset, plog.high_watermark, self.broker.clock())
         ms = (time.perf_counter() - started) * 1000
         self.load_time_ms += ms
         if shard.records_replayed > 1000:
@@ -309,19 +288,9 @@ class GroupCoordinator:
         for partition, due in list(self.unavailable.items()):
             if now >= due:
                 self._load(partition, now)
-        for partition, since in list(self._stalled.items()):
-            shard = self.runtime.shards.get(partition)
-            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
-                del self._stalled[partition]
-            elif now - since >= self.commit_timeout_ms:
-                # Kafka's write timeout (offsets.commit.timeout.ms): REQUEST_TIMED_OUT,
-                # which GroupCoordinatorService.normalizeException answers as
-                # COORDINATOR_NOT_AVAILABLE. The records stay in the log.
-                del self._stalled[partition]
-                log.warning("%s-%d: coordinator writes not committed after %d ms (high watermark stuck)",
-                            CONSUMER_OFFSETS, partition, now - since)
-                self.runtime.fail_waiting(partition, CoordinatorUnavailable(
-                    COORDINATOR_NOT_AVAILABLE, f"{CONSUMER_OFFSETS}-{partition}: write not committed in time"))
+        for partition, waited in self.runtime.fail_stalled_writes(now):
+            log.warning("%s-%d: coordinator writes not committed after %d ms (high watermark stuck)",
+                        CONSUMER_OFFSETS, partition, waited)
         for partition in self.epochs:
             # A shard whose revert could not read its log is FAILED: elect it again later.
             if partition not in self.runtime.shards and partition not in self.unavailable \

@@ -12,7 +12,10 @@ and only after the append succeeded replays them into the shard. The answer (and
 classic reply the handler queued in `shard.outbox`) waits in the shard's deferred queue
 until the committed offset reaches the last offset written (`complete_up_to`): on a
 single node (`commit_on_write`) that is the log end right after the write, in a cluster
-the high watermark. If the append fails, nothing of the operation survives: its queued
+the high watermark. Answers of a partition whose committed offset has not moved for
+`write_timeout_ms` while some wait fail COORDINATOR_NOT_AVAILABLE (`fail_stalled_writes`:
+Kafka's write timeout, offsets.commit.timeout.ms, normalized as GroupCoordinatorService
+does); their records stay in the log and may still commit. If the append fails, nothing of the operation survives: its queued
 replies and its answer fail with the code Kafka gives (`errors.error_code_for`), and the
 shard is reloaded from its log in place (the revert: whatever a handler changed directly,
 as classic handlers do, is rebuilt from the records), with every parked request failed
@@ -38,7 +41,7 @@ import gc
 import logging
 from collections.abc import Callable, Iterable
 
-from ..protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR
+from ..protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 from .classic.join import leaves_partitions_unowned
 from .classic.model import ClassicState
 from .classic.rebalance import (
@@ -182,6 +185,7 @@ class CoordinatorRuntime:
         reader: Reader | None = None,
         commit_on_write: bool | Callable[[int], bool] = True,
         serving: Callable[[], bool] = lambda: True,
+        write_timeout_ms: int = 5_000,
     ) -> None:
         self.config = config
         self.writer = writer
@@ -196,6 +200,9 @@ class CoordinatorRuntime:
         # timers; they stay loaded, so the node serves again at once if it was not replaced.
         self.serving = serving
         self._refresh_pending = False  # the image changed while not serving: groups not refreshed yet
+        self.write_timeout_ms = write_timeout_ms
+        # partition -> since when (ms) answers have waited for its committed offset to move
+        self._stalled: dict[int, int] = {}
         self.image = image or MetadataImage()
         self.new_member_id = new_member_id
         self.group_overrides = group_overrides
@@ -294,6 +301,7 @@ class CoordinatorRuntime:
         if epoch is not None and epoch < current:
             return False
         self._move(partition, ShardEvent.RESIGN, current if epoch is None else epoch)
+        self._stalled.pop(partition, None)
         shard = self.shards.pop(partition, None)
         if shard is not None:
             self._drop(shard, CoordinatorUnavailable(NOT_COORDINATOR, f"shard {partition} resigned"))
@@ -430,6 +438,8 @@ class CoordinatorRuntime:
             assert isinstance(last, int) and last > shard.last_written_offset, (
                 f"writer returned {last!r} after offset {shard.last_written_offset}")
             self.records_written += len(records)
+            if not self._commits_on_write(shard.partition):
+                self._stalled.setdefault(shard.partition, now_ms)
             # Offsets committed by this write are undoable until the write commits (never
             # needed when every write commits at once).
             shard.writing_offset = None if self._commits_on_write(shard.partition) else last
@@ -458,14 +468,52 @@ class CoordinatorRuntime:
         else:
             self.deferred[shard.partition].add(shard.last_written_offset, on_commit, on_fail)
 
-    def complete_up_to(self, partition: int, committed_offset: int) -> int:
+    def complete_up_to(self, partition: int, committed_offset: int, now_ms: int | None = None) -> int:
         """The partition's log is committed up to `committed_offset` (single node: its end;
-        cluster: the high watermark): release the answers waiting for it. Returns how many."""
+        cluster: the high watermark, which the driver reports with the time it moved): release
+        the answers waiting for it. Returns how many. Progress restarts the write timeout."""
         shard = self.shards.get(partition)
         if shard is None:
+            self._stalled.pop(partition, None)
             return 0
         shard.commit_up_to(committed_offset)
-        return self.deferred[partition].complete_up_to(committed_offset)
+        released = self.deferred[partition].complete_up_to(committed_offset)
+        if shard.last_committed_offset >= shard.last_written_offset:
+            self._stalled.pop(partition, None)
+        elif now_ms is not None:
+            self._stalled[partition] = now_ms
+        return released
+
+    def loaded_up_to(self, partition: int, log_end_offset: int, high_watermark: int, now_ms: int) -> None:
+        """A replicated partition's load ends at its log end, committed up to its high
+        watermark (Kafka's CoordinatorLoaderImpl): a new leader's records beyond it (the
+        previous leader's last writes) are committed once the followers have them, and
+        answers that describe them wait until then too."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            return
+        shard.last_written_offset = max(shard.last_written_offset, log_end_offset - 1)
+        shard.last_committed_offset = min(shard.last_written_offset, high_watermark - 1)
+        if shard.last_committed_offset < shard.last_written_offset:
+            self._stalled.setdefault(partition, now_ms)
+
+    def fail_stalled_writes(self, now_ms: int) -> list[tuple[int, int]]:
+        """Kafka's write timeout: REQUEST_TIMED_OUT, which GroupCoordinatorService answers
+        as COORDINATOR_NOT_AVAILABLE, for every answer of a partition whose committed offset
+        has not moved for `write_timeout_ms`. Runs whether or not the node is serving (a
+        zombie's waiting answers time out too). Returns (partition, ms waited) of each that
+        timed out, for the driver to report."""
+        failed = []
+        for partition, since in sorted(self._stalled.items()):
+            shard = self.shards.get(partition)
+            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
+                del self._stalled[partition]
+            elif now_ms - since >= self.write_timeout_ms:
+                del self._stalled[partition]
+                self.fail_waiting(partition, CoordinatorUnavailable(
+                    COORDINATOR_NOT_AVAILABLE, f"__consumer_offsets-{partition}: write not committed in time"))
+                failed.append((partition, now_ms - since))
+        return failed
 
     def fail_waiting(self, partition: int, error: BaseException) -> None:
         """Fail every answer waiting for `partition`'s records to commit (the driver's write
@@ -548,11 +596,12 @@ class CoordinatorRuntime:
         return ran
 
     def next_deadline(self) -> int | None:
-        if not self.serving():
-            return None  # nothing runs until it serves again (a driver must not spin on it)
-        if self._refresh_pending:
-            return 0
-        deadlines = [d for s in self.shards.values() if (d := s.timer.next_deadline()) is not None]
+        """When `tick` or `fail_stalled_writes` next has something to do."""
+        deadlines = [since + self.write_timeout_ms for since in self._stalled.values()]
+        if self.serving():  # else no timer runs until it serves again (a driver must not spin on them)
+            if self._refresh_pending:
+                deadlines.append(0)
+            deadlines += [d for s in self.shards.values() if (d := s.timer.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
 
     def update_image(self, image: MetadataImage, now_ms: int) -> None:

@@ -22,13 +22,13 @@ moves only off a broker whose lease expired, so its own count of the lease ran o
 What it had appended and not yet committed is never copied, so its high watermark never
 passes it and those answers are never released.
 
-Two rules are the broker's driver's (broker/coordinator.py), mirrored here: a load ends
-at the log end but is committed only up to the high watermark (Kafka's
-CoordinatorLoaderImpl; a new leader's records past it are the old leader's last writes,
-and answers that describe them wait until the followers have them), and answers still
-waiting `COMMIT_TIMEOUT_MS` after the high watermark last moved fail
-COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, offsets.commit.timeout.ms); their
-records stay in the log and may still commit.
+Two rules are the runtime's, driven here as broker/coordinator.py drives them: a load
+ends at the log end but is committed only up to the high watermark (`loaded_up_to`,
+Kafka's CoordinatorLoaderImpl; a new leader's records past it are the old leader's last
+writes, and answers that describe them wait until the followers have them), and answers
+still waiting `COMMIT_TIMEOUT_MS` after the high watermark last moved fail
+COORDINATOR_NOT_AVAILABLE (`fail_stalled_writes`, Kafka's write timeout,
+offsets.commit.timeout.ms); their records stay in the log and may still commit.
 
 Handlers answer at once or with a future (broker/coordinated.py `answer`). The future
 needs an asyncio loop to be created in, so each handler call runs inside one
@@ -71,7 +71,7 @@ from odradek.coordinator.errors import CoordinatorUnavailable, error_code_for
 from odradek.coordinator.image import MetadataImage
 from odradek.coordinator.runtime import CoordinatorRuntime
 from odradek.coordinator.shard import Shard
-from odradek.protocol.errors import COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+from odradek.protocol.errors import NOT_COORDINATOR
 from odradek.protocol.messages import Request, encode_response, parse_request
 from odradek.replication.leader import HighWatermark, LeaderPartition, ProposeIsr
 
@@ -178,7 +178,6 @@ class SimCoordinator:
         self.observers: list = []  # on_request(coordinator, request), on_response(coordinator, request, response)
         self.crashes = 0
         self._appended: set[int] = set()  # partitions appended to since the last flush
-        self._stalled: dict[int, int] = {}  # partition -> since when answers wait for its high watermark
         self._depth = 0  # runtime calls under way (answers released inside them are flushed after)
         self._current: Request | None = None  # the request whose operation is writing
         self.writes: dict[int, list[tuple[int, int]]] = {}  # id(request) -> (partition, offset) it appended
@@ -197,7 +196,7 @@ class SimCoordinator:
         return CoordinatorRuntime(self.config, self._write, self.metadata.image(self.image_version),
                                   new_member_id=lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
                                   reader=lambda p: self.logs[p].pairs(), commit_on_write=False,
-                                  serving=self.serving)
+                                  serving=self.serving, write_timeout_ms=COMMIT_TIMEOUT_MS)
 
     def serving(self) -> bool:
         """Whether this broker can count on its lease (broker/coordinator.py, cluster/
@@ -215,8 +214,6 @@ class SimCoordinator:
         first = log.end
         last = log.append_as_leader(leader.leader_epoch, [R.encode(r) for r in records])
         self._appended.add(partition)
-        if self.cluster is not None:
-            self._stalled.setdefault(partition, now_ms)
         if self._current is not None:
             self.writes.setdefault(id(self._current), []).extend((partition, o) for o in range(first, last + 1))
         return last
@@ -244,21 +241,13 @@ class SimCoordinator:
 
     def _elected(self, partition: int, epoch: int, now: int) -> None:
         self.runtime.on_election(partition, epoch, now)
-        # As broker/coordinator.py's _mark_loaded_offsets: loaded to the log end, committed
-        # to the high watermark.
-        shard = self.runtime.shards.get(partition)
-        log = self.logs[partition]
-        if shard is None or self.cluster is None:
-            return
-        shard.last_written_offset = max(shard.last_written_offset, log.end - 1)
-        shard.last_committed_offset = min(shard.last_written_offset, log.hw - 1)
-        if shard.last_committed_offset < shard.last_written_offset:
-            self._stalled.setdefault(partition, now)
+        if self.cluster is not None:  # as broker/coordinator.py does for a replicated partition
+            log = self.logs[partition]
+            self.runtime.loaded_up_to(partition, log.end, log.hw, now)
 
     def become_follower(self, partition: int, state: PartitionState) -> None:
         """Follow `state.leader` (Kafka makeFollower): a shard this broker led is unloaded."""
         self.view[partition] = state
-        self._stalled.pop(partition, None)
         old = self.leading.pop(partition, None)
         if old is not None and self.up:
             self._run(lambda: self.runtime.on_resignation(partition, old.leader_epoch))
@@ -269,12 +258,7 @@ class SimCoordinator:
         for effect in effects:
             if isinstance(effect, HighWatermark):
                 self.logs[partition].hw = effect.offset
-                self._run(lambda hw=effect.offset: self.runtime.complete_up_to(partition, hw - 1))
-                shard = self.runtime.shards.get(partition)
-                if shard is not None and shard.last_committed_offset < shard.last_written_offset:
-                    self._stalled[partition] = self.clock()  # progress: the write timeout starts again
-                else:
-                    self._stalled.pop(partition, None)
+                self._run(lambda hw=effect.offset: self.runtime.complete_up_to(partition, hw - 1, self.clock()))
             elif isinstance(effect, ProposeIsr) and self.cluster is not None:
                 self.cluster.propose_isr(self, partition, effect)
 
@@ -317,7 +301,6 @@ class SimCoordinator:
         self.parked.clear()
         self.leading.clear()
         self._appended.clear()
-        self._stalled.clear()
         self.writes.clear()
         for link in self.links.values():
             link.alive = False
@@ -438,23 +421,9 @@ class SimCoordinator:
             return 0
         now = self.clock()
         ran = self._run(lambda: self.runtime.tick(now))
-        for partition, since in sorted(self._stalled.items()):
-            shard = self.runtime.shards.get(partition)
-            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
-                del self._stalled[partition]
-            elif now - since >= COMMIT_TIMEOUT_MS:
-                # Kafka's write timeout: REQUEST_TIMED_OUT, which GroupCoordinatorService
-                # answers as COORDINATOR_NOT_AVAILABLE. The records stay in the log.
-                del self._stalled[partition]
-                self._run(lambda p=partition: self.runtime.fail_waiting(p, CoordinatorUnavailable(
-                    COORDINATOR_NOT_AVAILABLE, f"__consumer_offsets-{p}: write not committed in time")))
-                ran += 1
-        return ran
+        return ran + len(self._run(lambda: self.runtime.fail_stalled_writes(now)))
 
     def next_deadline(self) -> int | None:
         if not self.up:
             return None
-        deadlines = [since + COMMIT_TIMEOUT_MS for since in self._stalled.values()]
-        if (d := self.runtime.next_deadline()) is not None:
-            deadlines.append(d)
-        return min(deadlines) if deadlines else None
+        return self.runtime.next_deadline()
