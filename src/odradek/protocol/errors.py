@@ -63,3 +63,15 @@ UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition
 UNRELEASED_INSTANCE_ID = ErrorCode.unreleased_instance_id
 UNSUPPORTED_ASSIGNOR = ErrorCode.unsupported_assignor
 UNSUPPORTED_VERSION = ErrorCode.unsupported_version
+
+# Transactions (KIP-98, KIP-447, KIP-588).
+CONCURRENT_TRANSACTIONS = ErrorCode.concurrent_transactions
+INVALID_PRODUCER_ID_MAPPING = ErrorCode.invalid_producer_id_mapping
+INVALID_TRANSACTION_TIMEOUT = ErrorCode.invalid_transaction_timeout
+INVALID_TXN_STATE = ErrorCode.invalid_txn_state
+OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
+PRODUCER_FENCED = ErrorCode.producer_fenced
+TRANSACTIONAL_ID_NOT_FOUND = ErrorCode.transactional_id_not_found
+TRANSACTION_COORDINATOR_FENCED = ErrorCode.transaction_coordinator_fenced
+UNKNOWN_PRODUCER_ID = ErrorCode.unknown_producer_id
+UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
