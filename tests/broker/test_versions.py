@@ -72,6 +72,20 @@ def _bodies(topic_id, v, member=("", -1)):
         13: {"group_id": "vg", "member_id": mid, "members": [{"member_id": mid, "group_instance_id": None, "reason": None}]},
         14: {"group_id": "vg", "generation_id": generation, "member_id": mid, "group_instance_id": None,
              "protocol_type": "consumer", "protocol_name": "range", "assignments": []},
+        # Transactions, for the producer `_make_txn` initialised (pid = mid, epoch = generation).
+        24: {"v3_and_below_transactional_id": "vtx", "v3_and_below_producer_id": mid,
+             "v3_and_below_producer_epoch": generation,
+             "v3_and_below_topics": [{"name": "vt", "partitions": [0]}]},
+        25: {"transactional_id": "vtx", "producer_id": mid, "producer_epoch": generation, "group_id": "vg"},
+        26: {"transactional_id": "vtx", "producer_id": mid, "producer_epoch": generation, "committed": True},
+        27: {"markers": [{"producer_id": mid, "producer_epoch": generation, "transaction_result": True,
+                          "coordinator_epoch": 0, "topics": [{"name": "vt", "partition_indexes": [0]}]}]},
+        28: {"transactional_id": "vtx", "group_id": "vg", "producer_id": mid, "producer_epoch": generation,
+             "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
+                 {"name": "vt", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+        65: {"transactional_ids": ["vtx"]},
+        66: {"state_filters": ["Ongoing"], "producer_id_filters": [], "duration_filter": -1},
     }
 
 
@@ -90,7 +104,26 @@ def _make_group(broker, api_key):
         runtime.run("vg", lambda s, now: heartbeat(s, req, now), broker.clock())
     if api_key in (11, 12, 13, 14):
         return _classic_member(broker)
+    if api_key in (24, 25, 26, 27, 28, 65, 66):
+        return _txn_producer(broker)
     return ("", -1)
+
+
+def _txn_producer(broker):
+    """An initialised transactional producer "vtx" with a transaction open on vt-0 (EndTxn
+    needs one; DescribeTransactions of an Empty id answers start time -1, which kio cannot
+    read): (producer id, epoch)."""
+    from odradek.broker.broker import run_now
+    from odradek.transactions import coordinator as C
+
+    run_now(broker.txn_coordinator._create_topic())  # the file store never suspends
+    runtime = broker.txn_coordinator.runtime
+    resp = runtime.submit("vtx", lambda s, now: C.init_producer_id(s, "vtx", 60000, -1, -1, 1000, now),
+                          broker.clock()).result()
+    pid, epoch = resp["producer_id"], resp["producer_epoch"]
+    runtime.submit("vtx", lambda s, now: C.add_partitions(s, "vtx", pid, epoch, [("vt", 0)], now),
+                   broker.clock()).result()
+    return pid, epoch
 
 
 def _classic_member(broker):
@@ -137,7 +170,7 @@ def _error_codes(entity):
     if hasattr(entity, "__dataclass_fields__"):
         for name in entity.__dataclass_fields__:
             value = getattr(entity, name)
-            if name == "error_code":
+            if name.endswith("error_code"):
                 out.append(int(value))
             else:
                 out.extend(_error_codes(value))

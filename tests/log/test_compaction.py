@@ -1,5 +1,6 @@
 """Tests for odradek.log.compaction: keep the latest record per key, tombstones, lag,
-byte-for-byte copies, re-encoding with the original codec, reads across gaps, reopen."""
+byte-for-byte copies, re-encoding with the original codec, reads across gaps, reopen, and
+transactions (aborted records dropped, nothing cleaned at or past the last stable offset)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from odradek.records.codec import (
     decode_batches,
     encode_batch,
 )
+from odradek.records.control import Marker
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3_600_000
@@ -519,4 +521,62 @@ def test_empty_compacted_segment_does_not_block_time_retention(logdir):
     plog.delete_old_segments(T0 + 10 * hour)
     # Both older segments hold only data past retention.ms: the log starts at offset 3.
     assert plog.log_start_offset == 3
+    plog.close()
+
+
+# ----------------------------------------------------------------------------- transactions (KIP-98)
+
+
+def _end(plog: PartitionLog, pid: int, commit: bool) -> int:
+    return plog.append_marker(Marker(pid, 0, commit, 0), T0).base_offset
+
+
+def test_aborted_records_are_dropped_and_never_replace_committed_ones(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, [(b"k", b"committed")])  # 0
+    produce(plog, [(b"k", b"aborted"), (b"j", b"aborted")], producer_id=7, producer_epoch=0, base_sequence=0,
+            is_transactional=True)  # 1..2
+    marker = _end(plog, 7, commit=False)  # 3
+    plog.roll(T0)
+    produce(plog, [(b"x", b"1")])  # active
+    assert compact_log(plog, LATER) == 2
+    assert [r for r in records_of(plog) if r[0] != marker] == [(0, b"k", b"committed"), (4, b"x", b"1")]
+    # The marker stays (and so does the aborted index entry it backs).
+    assert [b.header.base_offset for b in batches_of(plog) if b.is_control] == [marker]
+    assert plog.aborted_transactions(0, 5) == [(7, 1)]
+    plog.close()
+
+
+def test_records_of_an_open_transaction_never_replace_committed_ones(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, [(b"k", b"committed")])  # 0
+    plog.roll(T0)
+    produce(plog, [(b"k", b"undecided")], producer_id=7, producer_epoch=0, base_sequence=0,
+            is_transactional=True)  # 1, may still abort
+    plog.roll(T0)
+    produce(plog, [(b"x", b"1")])
+    compact_log(plog, LATER)
+    assert (0, b"k", b"committed") in records_of(plog)
+    plog.close()
+
+
+def test_nothing_at_or_past_the_last_stable_offset_is_cleaned(logdir):
+    plog = PartitionLog(logdir, config(), T0)
+    produce(plog, [(b"a", b"1")])  # 0
+    plog.roll(T0)
+    produce(plog, [(b"t", b"1")], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)  # 1
+    produce(plog, [(b"a", b"2")])  # 2
+    plog.roll(T0)
+    produce(plog, [(b"a", b"3")])  # 3
+    plog.roll(T0)
+    produce(plog, [(b"z", b"1")])  # 4, active
+    assert plog.last_stable_offset == 1
+    assert cleanable(plog, LATER).uncleanable == 1  # the segment holding the LSO
+    held = segment_bytes(plog)[1:]
+    assert compact_log(plog, LATER) == 1  # a=1 only: a=2 and a=3 are past the LSO's segment base
+    assert segment_bytes(plog)[1:] == held
+    _end(plog, 7, commit=True)
+    assert cleanable(plog, LATER).uncleanable == plog.active.base_offset
+    compact_log(plog, LATER)
+    assert [(k, v) for o, k, v in records_of(plog) if o < 5] == [(b"t", b"1"), (b"a", b"3"), (b"z", b"1")]
     plog.close()

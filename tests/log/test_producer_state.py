@@ -1,16 +1,27 @@
-"""Tests for odradek.log.producer_state (idempotent producers) and its use by PartitionLog.append."""
+"""Tests for odradek.log.producer_state (idempotent producers, transactions, snapshots) and its use by
+PartitionLog.append."""
 
 from __future__ import annotations
 
 import dataclasses
+import struct
 
+import crc32c
 import pytest
 
 from odradek.config import BrokerConfig
 from odradek.log.partition import PartitionLog
-from odradek.log.producer_state import MAX_CACHED_BATCHES, SEQ_WRAP, Duplicate, ProducerState, SequenceError
+from odradek.log.producer_state import (
+    MAX_CACHED_BATCHES,
+    SEQ_WRAP,
+    CompletedTxn,
+    Duplicate,
+    ProducerState,
+    SequenceError,
+)
 from odradek.records.batch import read_header, validate_batches
 from odradek.records.codec import Record, decode_batches, encode_batch
+from odradek.records.control import Marker
 
 T0 = 1_700_000_000_000
 PID = 4242
@@ -228,3 +239,111 @@ def test_producer_state_rebuilt_on_reopen(tmp_path):
         produce(again, 7)
     assert produce(again, 4).base_offset == 4
     again.close()
+
+
+# ----------------------------------------------------------------------------- transactions (KIP-98)
+
+
+def txn_header(seq: int, base_offset: int, pid: int = PID, epoch: int = 0, count: int = 1):
+    raw = encode_batch([Record(i, T0, b"k", b"v") for i in range(count)], producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, is_transactional=True)
+    return dataclasses.replace(read_header(raw), base_offset=base_offset)
+
+
+def test_a_transactional_batch_opens_a_transaction_at_its_offset_once():
+    state = ProducerState()
+    state.update(txn_header(0, 10))
+    state.update(txn_header(1, 12))
+    state.update(txn_header(0, 11, pid=7))
+    assert state.ongoing == {PID: 10, 7: 11}
+    assert state.first_unstable_offset(high_watermark=100) == 10
+    state.update(header(0, pid=9, base_offset=13))  # not transactional: opens nothing
+    assert 9 not in state.ongoing
+
+
+def test_a_marker_ends_the_transaction_with_the_lso_of_that_moment():
+    state = ProducerState()
+    state.update(txn_header(0, 10))
+    state.update(txn_header(0, 11, pid=7))
+    done = state.end_transaction(Marker(PID, 0, False, 0), 12)
+    assert done == CompletedTxn(PID, 10, 12, True, 11)  # 7's transaction was still open
+    assert state.ongoing == {7: 11}
+    done = state.end_transaction(Marker(7, 0, True, 0), 13)
+    assert done == CompletedTxn(7, 11, 13, False, 14)
+    assert state.end_transaction(Marker(7, 0, True, 0), 14) is None  # nothing open
+
+
+def test_an_ended_transaction_holds_the_first_unstable_offset_until_the_high_watermark_passes_its_marker():
+    state = ProducerState()
+    state.update(txn_header(0, 10))
+    state.end_transaction(Marker(PID, 0, True, 0), 12)
+    assert state.first_unstable_offset(high_watermark=12) == 10
+    assert state.first_unstable_offset(high_watermark=13) is None
+    assert not state.completed
+
+
+def test_marker_checks_epochs():
+    state = ProducerState()
+    state.check_marker(Marker(PID, 0, True, 0))  # unknown producer: nothing to check against
+    state.update(txn_header(0, 0, epoch=2))
+    state.end_transaction(Marker(PID, 2, True, 5), 1)
+    with pytest.raises(SequenceError) as exc:
+        state.check_marker(Marker(PID, 1, True, 5))
+    assert exc.value.code == "invalid_producer_epoch"
+    with pytest.raises(SequenceError) as exc:
+        state.check_marker(Marker(PID, 2, True, 4))
+    assert exc.value.code == "transaction_coordinator_fenced"
+    state.check_marker(Marker(PID, 2, False, 5))
+    state.check_marker(Marker(PID, 3, False, 6))
+
+
+def test_a_marker_of_the_same_epoch_keeps_the_sequence_a_newer_one_restarts_it():
+    state = ProducerState()
+    accept(state, txn_header(0, 0, count=3))
+    state.end_transaction(Marker(PID, 0, True, 0), 3)
+    state.check(txn_header(3, 0))  # the producer goes on in sequence
+    with pytest.raises(SequenceError):
+        state.check(txn_header(0, 0))
+    state.end_transaction(Marker(PID, 1, False, 0), 4)
+    assert state.producers[PID].epoch == 1
+    with pytest.raises(SequenceError) as exc:
+        state.check(txn_header(3, 0, epoch=1))
+    assert exc.value.code == "out_of_order_sequence_number"
+    state.check(txn_header(0, 0, epoch=1))
+
+
+def test_snapshot_round_trip_in_kafkas_layout():
+    state = ProducerState()
+    accept(state, header(5, count=3, base_offset=20))
+    accept(state, header(8, count=2, base_offset=30))
+    state.update(txn_header(0, 40, pid=7, epoch=3))
+    state.end_transaction(Marker(8, 2, True, 9), 41)  # a producer known only by its marker
+    state.update(txn_header(0, 42, pid=6))
+    data = state.to_snapshot()
+    version, crc, count = struct.unpack_from(">hIi", data)
+    assert (version, count, len(data)) == (1, 4, 10 + 4 * 46)
+    assert crc == crc32c.crc32c(data[6:])
+    again = ProducerState.from_snapshot(data)
+    assert again.ongoing == {7: 40, 6: 42} and list(again.ongoing) == [7, 6]  # offset order
+    assert list(again.producers[PID].batches) == [(8, 9, 30)]  # the last batch only, as Kafka
+    assert (again.producers[7].epoch, again.producers[8].epoch, again.producers[8].coordinator_epoch) == (3, 2, 9)
+    with pytest.raises(Duplicate):
+        again.check(header(8, count=2))
+    again.check(header(10))
+    again.check(header(0, pid=8, epoch=2))  # its epoch is known: sequence 0 only
+    with pytest.raises(SequenceError):
+        again.check(header(1, pid=8, epoch=2))
+
+
+@pytest.mark.parametrize("damage", ["torn", "crc", "version"])
+def test_a_damaged_snapshot_is_refused(damage):
+    state = ProducerState()
+    accept(state, header(0))
+    data = bytearray(state.to_snapshot())
+    if damage == "torn":
+        data = data[:-3]
+    elif damage == "crc":
+        data[-1] ^= 1
+    else:
+        data[1] = 7
+    assert ProducerState.from_snapshot(bytes(data)) is None

@@ -108,9 +108,11 @@ class Broker:
         self.internal_errors = 0  # handler bugs; tests assert this stays 0
         from .coordinator import GroupCoordinator
         from .replica_manager import ReplicaManager
+        from .txn_coordinator import TxnCoordinator
 
         self.replicas = ReplicaManager(self)
         self.coordinator: GroupCoordinator | None = GroupCoordinator(self)
+        self.txn_coordinator: TxnCoordinator | None = TxnCoordinator(self)
         if not config.metadata_url:
             # The embedded store answers without I/O: the broker is ready when constructed.
             run_now(self.start())
@@ -338,7 +340,10 @@ class Broker:
             return 0
         # A timer whose write fails is the runtime's to revert (the writer reported the
         # storage failure): nothing escapes to here.
-        return self.coordinator.tick(now_ms)
+        ran = self.coordinator.tick(now_ms)
+        if self.txn_coordinator is not None:
+            ran += self.txn_coordinator.tick(self.clock() if now_ms is None else now_ms)
+        return ran
 
     def retention(self, now_ms: int | None = None) -> int:
         return self.logs.retention(self.clock() if now_ms is None else now_ms)
@@ -374,4 +379,6 @@ class Broker:
         if not self.closed:
             self.closed = True
             self.replicas.stop()
+            if self.txn_coordinator is not None:
+                self.txn_coordinator.close()
             self.logs.close()

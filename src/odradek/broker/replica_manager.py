@@ -49,7 +49,7 @@ from ..cluster.image import (
     local_changes,
     partitions_added_or_removed,
 )
-from ..cluster.names import CONSUMER_OFFSETS
+from ..cluster.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 from ..cluster.placement import PlacementError, assign_replicas
 from ..protocol.errors import (
     FENCED_LEADER_EPOCH,
@@ -120,8 +120,8 @@ class ReplicaManager:
             rf = (factors or {}).get(name, -1)
             if rf < 0:  # CreateTopics' -1, or not given: the broker default
                 rf = self.broker.config.default_replication_factor
-            if name == CONSUMER_OFFSETS or len(racks) == 1:
-                # The offsets topic: min(factor, registered brokers); a lone broker keeps
+            if name in (CONSUMER_OFFSETS, TRANSACTION_STATE) or len(racks) == 1:
+                # The coordinators' topics: min(factor, registered brokers); a lone broker keeps
                 # every topic to itself whatever default.replication.factor says.
                 rf = min(rf, len(racks))
             placed = assign_replicas(partitions, rf, racks, rng=self._rng)
@@ -272,9 +272,18 @@ class ReplicaManager:
         self._apply(tp, leader.appended(plog.log_end_offset, now))
         self._elect_coordinator(tp, state, now)
 
+    def _coordinator_of(self, topic: str):
+        """The coordinator whose shards follow leadership of `topic`'s partitions, or None."""
+        if topic == CONSUMER_OFFSETS:
+            return self.broker.coordinator
+        if topic == TRANSACTION_STATE:
+            return getattr(self.broker, "txn_coordinator", None)
+        return None
+
     def _elect_coordinator(self, tp: TopicPartition, state: PartitionState, now: int) -> None:
-        if tp[0] == CONSUMER_OFFSETS and self.broker.coordinator is not None:
-            self.broker.coordinator.elect(tp[1], state.leader_epoch, now)
+        coordinator = self._coordinator_of(tp[0])
+        if coordinator is not None:
+            coordinator.elect(tp[1], state.leader_epoch, now)
         self.broker.purgatory.notify(tp)  # parked requests re-check leadership
 
     def _become_follower(self, tp: TopicPartition, state: PartitionState) -> None:
@@ -282,8 +291,8 @@ class ReplicaManager:
         self._hw_sent.pop(tp, None)
         if was_leader is not None or tp not in self.following:
             log.info("%s-%d: follower of %d at epoch %d", tp[0], tp[1], state.leader, state.leader_epoch)
-        if tp[0] == CONSUMER_OFFSETS and self.broker.coordinator is not None:
-            self.broker.coordinator.resign(tp[1], state.leader_epoch)
+        if (coordinator := self._coordinator_of(tp[0])) is not None:
+            coordinator.resign(tp[1], state.leader_epoch)
         self.following[tp] = state
         plog = self._log(tp)
         if plog is not None:
@@ -300,8 +309,8 @@ class ReplicaManager:
         self.following.pop(tp, None)
         if self._fetchers is not None:
             self._fetchers.remove(tp)
-        if tp[0] == CONSUMER_OFFSETS and self.broker.coordinator is not None:
-            self.broker.coordinator.resign(tp[1], None)
+        if (coordinator := self._coordinator_of(tp[0])) is not None:
+            coordinator.resign(tp[1], None)
         self.broker.purgatory.notify(tp)
 
     @property
@@ -320,9 +329,9 @@ class ReplicaManager:
                 plog = self.broker.logs.opened(*tp)
                 if plog is not None and plog.replicated:
                     plog.update_high_watermark(effect.offset)
-                    if tp[0] == CONSUMER_OFFSETS and self.broker.coordinator is not None:
+                    if (coordinator := self._coordinator_of(tp[0])) is not None:
                         # Coordinator answers wait for their records to commit (issue 18).
-                        self.broker.coordinator.high_watermark_moved(tp[1], plog.high_watermark)
+                        coordinator.high_watermark_moved(tp[1], plog.high_watermark)
                 self.broker.purgatory.notify(tp)
             elif isinstance(effect, ProposeIsr):
                 self.spawn(self._propose(tp, effect))

@@ -22,16 +22,21 @@ from .errors import (
     KafkaError,
     KafkaTimeoutError,
     LogTruncationError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionFatalError,
     UnsupportedApiError,
 )
 from .fetcher import ConsumerRecord
 from .offsets import OffsetAndMetadata, OffsetAndTimestamp
 from .producer import AsyncProducer, RecordMetadata
 from .sync import Admin, Consumer, Producer
+from .transaction import GroupMetadata
 
 __all__ = [
     "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "Consumer", "ConsumerRecord", "GroupDescription",
-    "GroupListing", "IllegalStateError", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
+    "GroupListing", "GroupMetadata", "IllegalStateError", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
     "LogTruncationError", "MemberDescription", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "Producer", "RebalanceListener",
-    "RecordMetadata", "TopicPartition", "UnsupportedApiError",
+    "RecordMetadata", "TopicPartition", "TransactionAbortableError", "TransactionAbortedError",
+    "TransactionFatalError", "UnsupportedApiError",
 ]

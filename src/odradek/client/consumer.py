@@ -22,6 +22,12 @@ pause or rebalance in between. `fetching.FetchDriver` sends them: to each partit
 leader, or to the replica the leader prefers for `client_rack` (KIP-392), validating
 positions after a leader change (KIP-320).
 
+Isolation (KIP-98): `isolation_level` is "read_committed" by default, as librdkafka's (the
+Java consumer defaults to read_uncommitted): Fetch and ListOffsets ask for isolation level
+1, so reads and "latest" stop at the last stable offset, and records of aborted
+transactions are dropped (`fetcher`, `aborted`). `group_metadata()` is what a
+transactional producer's `send_offsets_to_transaction` takes (KIP-447).
+
 Auto-commit is at-least-once: what it commits is the position, i.e. the offset after
 the last record an earlier poll returned; it runs at the start of a poll (before new
 records are handed out), before revocations, and at close.
@@ -54,11 +60,13 @@ from .member import AssigningMember, GroupMember
 from .membership import ConsumerGroupMember
 from .net import Client
 from .reconciler import REQUIRE_STABLE, Assign, Lose, Reconciler, Revoke
+from .transaction import GroupMetadata
 from .versions import Api
 
 log = logging.getLogger(__name__)
 
 RESETS = ("earliest", "latest", "none")
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
 class RebalanceListener:
@@ -94,10 +102,12 @@ class AsyncConsumer:
                  partition_assignment_strategy: str | list[str] = "range",
                  group_remote_assignor: str | None = None, request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
-                 isolation_level: str = "read_uncommitted", check_crcs: bool = True,
+                 isolation_level: str = "read_committed", check_crcs: bool = True,
                  client: Client | None = None) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset must be one of {RESETS}, not {auto_offset_reset!r}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {tuple(ISOLATION_LEVELS)}, not {isolation_level!r}")
         if group_protocol not in ("consumer", "classic"):
             raise ValueError(f"group_protocol must be 'consumer' or 'classic', not {group_protocol!r}")
         self.group_id = group_id
@@ -120,7 +130,7 @@ class AsyncConsumer:
             raise ValueError(f"unknown partition_assignment_strategy {unknown}; known: {sorted(ASSIGNORS)}")
         self.strategies = strategies
         self.remote_assignor = group_remote_assignor
-        self.isolation_level = 1 if isolation_level == "read_committed" else 0
+        self.isolation_level = ISOLATION_LEVELS[isolation_level]
         self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
         self._own_client = client is None
@@ -476,6 +486,23 @@ class AsyncConsumer:
         found = await O.list_offsets(self.client, {TopicPartition(*tp): int(ts) for tp, ts in timestamps.items()},
                                      isolation_level=self.isolation_level)
         return {tp: (ot if ot.offset >= 0 else None) for tp, ot in found.items()}
+
+    def group_metadata(self) -> GroupMetadata:
+        """The consumer's group identity now, for a transactional producer's
+        `send_offsets_to_transaction` (Java groupMetadata(), confluent-kafka
+        consumer_group_metadata()): the generation (the member epoch with the consumer
+        protocol) and member id let the coordinator refuse offsets from a member that has
+        lost its partitions (KIP-447). Outside a group (manual assignment, or not yet joined):
+        generation -1 and no member id, which the coordinator does not fence."""
+        if self.group_id is None:
+            raise IllegalStateError("group_metadata() needs a group_id")
+        m = self.member
+        if m is not None and m.active:
+            generation, member_id, instance_id = m.commit_identity()
+            return GroupMetadata(self.group_id, generation, member_id, instance_id)
+        # As the classic member's commit identity: the instance id goes only with a
+        # member id (a static id without one is FENCED_INSTANCE_ID at the coordinator).
+        return GroupMetadata(self.group_id, -1, "", None)
 
     # ------------------------------------------------------------------ group membership
 

@@ -113,3 +113,47 @@ def check(code: ErrorCode | int, message: str | None = None) -> None:
     """Raise KafkaError unless `code` is NONE."""
     if code:
         raise KafkaError(code, message)
+
+
+# ---------------------------------------------------------------- transactions (KIP-98)
+
+# Errors after which a transactional producer can do nothing more but close: a newer
+# instance with the same transactional id fenced this one (KIP-98 "zombie fencing"; an
+# old coordinator still says INVALID_PRODUCER_EPOCH for PRODUCER_FENCED, and librdkafka
+# normalises both to _FENCED), or it is not allowed to use the id at all.
+TXN_FATAL = frozenset({
+    ErrorCode.producer_fenced,
+    ErrorCode.invalid_producer_epoch,
+    ErrorCode.transactional_id_authorization_failed,
+    ErrorCode.cluster_authorization_failed,
+})
+
+
+class TransactionAbortableError(KafkaError):
+    """The current transaction failed and can only be aborted: call `abort_transaction()`,
+    then begin a new one (Java's abortable error state, confluent-kafka's
+    `txn_requires_abort()`). `code` is the error that failed it."""
+
+    txn_requires_abort = True
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
+        super().__init__(code, message, retriable=False)
+
+
+class TransactionFatalError(KafkaError):
+    """The transactional producer is unusable (fenced by a newer instance, not authorized,
+    or its coordinator answered what no retry can fix): close it (Java's fatal error state,
+    confluent-kafka's `fatal()`). `code` says why, e.g. PRODUCER_FENCED."""
+
+    fatal = True
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
+        super().__init__(code, message, retriable=False)
+
+
+class TransactionAbortedError(KafkaError):
+    """A record that was still queued when its transaction was aborted: it was never sent
+    (Java's TransactionAbortedException, librdkafka's _PURGE_QUEUE)."""
+
+    def __init__(self, message: str = "the transaction was aborted before the record was sent") -> None:
+        super().__init__(ErrorCode.operation_not_attempted, message, retriable=False)

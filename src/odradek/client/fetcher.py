@@ -19,6 +19,12 @@ the leader (node and epoch) it is fetched under, which every Fetch names as
 partition whose position awaits validation (`validating`) is neither fetched nor handed
 out. Which replica a partition is read from (KIP-392) is `readreplica`'s business; its
 state lives here too so that it goes when the partition goes.
+
+With read_committed (isolation_level 1, KIP-98) the response's aborted transactions say
+which transactional batches to drop (`aborted.AbortedTransactions`); control batches
+(transaction markers) are dropped in both isolation levels. Both still move the position:
+a chunk's `next_offset` is past its last batch, so a fetch that brought only markers or
+aborted records advances the position without handing anything out, as Java's consumer does.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from odradek.records.codec import CodecError, decode_batches
+from odradek.records.control import control_type
 
+from .aborted import AbortedTransactions
 from .cluster import TopicPartition
 from .errors import KafkaError
 
@@ -191,8 +199,9 @@ class Positions:
         return out
 
     def on_partition(self, tp: TopicPartition, fetch_offset: int, records_bytes: bytes | None,
-                     high_watermark: int) -> None:
-        """A partition's data from a Fetch response with no error."""
+                     high_watermark: int, aborted: list | None = None) -> None:
+        """A partition's data from a Fetch response with no error. `aborted`: the
+        response's aborted transactions, for read_committed (None for read_uncommitted)."""
         s = self.parts.get(tp)
         if s is None or s.validating or self.next_fetch_offset(tp) != fetch_offset:
             # Revoked or sought meanwhile (the 0.9 design: stale fetches are discarded), or
@@ -211,15 +220,19 @@ class Positions:
         topic, partition = tp
         next_offset = fetch_offset
         last_epoch = -1
+        txns = AbortedTransactions(aborted) if aborted else None
         for b in batches:
             h = b.header
             last = h.base_offset + h.last_offset_delta
+            # Every batch goes through the filter, in order, even one before the fetch
+            # offset: its ABORT marker closes an aborted transaction (Java does the same).
+            dropped = txns is not None and txns.skip(h, lambda b=b: _marker_type(b))
             if last < fetch_offset:
                 continue
             next_offset = last + 1
             last_epoch = h.partition_leader_epoch
-            if b.is_control:
-                continue  # transaction markers are never shown to the application
+            if b.is_control or dropped:
+                continue  # markers and aborted records are never shown to the application
             ts_type = b.timestamp_type
             epoch = h.partition_leader_epoch
             for r in b.records:
@@ -259,3 +272,13 @@ class Positions:
         else:
             drop = set(tps)
             self.buffer = deque(c for c in self.buffer if c.tp not in drop)
+
+
+def _marker_type(b) -> int | None:
+    """The control type of a decoded control batch (ABORT or COMMIT for a marker)."""
+    if not b.records:
+        return None
+    try:
+        return control_type(b.records[0].key)
+    except CodecError:
+        return None

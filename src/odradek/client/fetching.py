@@ -14,7 +14,9 @@ validation get one OffsetsForLeaderEpoch per leader (`validation.request_body`/`
 Metadata is refreshed when an answer says it is stale, when a broker cannot be reached, and
 every `metadata.max.age.ms` while fetching (Java's periodic refresh: it is how a consumer sees
 an ISR shrink, and the new leader after a change nobody told it about). Errors meant for
-the application are kept in `error` and raised by the next poll. Every task sets the
+the application are kept in `error` and raised by the next poll. With read_committed every
+Fetch asks for isolation_level 1 and the aborted transactions of each answer go to
+`Positions.on_partition`, which drops their records (KIP-98). Every task sets the
 consumer's wake-up event when it ends, so a poll waiting for records looks again.
 """
 
@@ -175,7 +177,10 @@ class FetchDriver:
                         s, node, p.error_code, preferred=int(getattr(p, "preferred_read_replica", -1)),
                         fetch_offset=offsets[tp], high_watermark=int(p.high_watermark), now_ms=now, brokers=brokers)
                     if step is Step.RECORDS:
-                        self.positions.on_partition(tp, offsets[tp], p.records, int(p.high_watermark))
+                        # read_committed: the broker lists the aborted transactions in what
+                        # it returns; the client drops their records (KIP-98).
+                        aborted = p.aborted_transactions if self.isolation_level == 1 else None
+                        self.positions.on_partition(tp, offsets[tp], p.records, int(p.high_watermark), aborted)
                     elif step is Step.RESET:
                         self._out_of_range(tp, offsets[tp])
                     elif step is Step.VALIDATE:

@@ -10,6 +10,16 @@ the batch back at the head of its partition queue after a metadata refresh and a
 backoff, anything else fails the batch's futures. Because the accumulator lets one
 batch per partition be in flight, retries never reorder a partition. With acks=0
 nothing is answered and futures resolve with offset -1 once the request is written.
+
+With a `transactional_id` (KIP-98) the producer is idempotent and every batch is part of a
+transaction: `init_transactions`, then per transaction `begin_transaction`, sends,
+optionally `send_offsets_to_transaction`, and `commit_transaction` or `abort_transaction`.
+The state machine and the meaning of the coordinator's answers live in `transaction`, the
+requests to the coordinators in `transacting`; here the sender holds a batch back until
+its partition is in the transaction, marks batches transactional, and reports batches
+that fail for good, which fails the transaction (abortable) or the producer (fatal). When
+the transaction fails, what is still queued fails with it (Java abortUndrainedBatches,
+librdkafka's purge on an abortable error).
 """
 
 from __future__ import annotations
@@ -27,9 +37,18 @@ from odradek.records.codec import GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_batch
 
 from .accumulator import Accumulator, ProducerBatch
 from .cluster import TopicPartition
-from .errors import STALE_METADATA, KafkaError, KafkaTimeoutError, UnsupportedApiError
+from .errors import (
+    STALE_METADATA,
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    TransactionAbortedError,
+    UnsupportedApiError,
+)
 from .net import Client
 from .partitioner import key_partition
+from .transacting import TransactionDriver
+from .transaction import GroupMetadata, State, TransactionCore, as_offsets
 from .versions import Api
 
 log = logging.getLogger(__name__)
@@ -66,9 +85,13 @@ class AsyncProducer:
                  delivery_timeout_ms: int = 120000, request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  max_request_size: int = 1048576, client_id: str = "odradek-producer",
                  enable_idempotence: bool = True, max_buffered_records: int = 100_000,
-                 client: Client | None = None) -> None:
+                 transactional_id: str | None = None, transaction_timeout_ms: int = 60000,
+                 max_block_ms: int = 60000, client: Client | None = None) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
+        if transactional_id is not None and (not enable_idempotence or ACKS[acks] != -1):
+            # Java's ConfigException: transactions are built on the idempotent producer.
+            raise ValueError("a transactional_id needs enable_idempotence=True and acks='all'")
         if compression_type not in COMPRESSION:
             raise ValueError(f"compression_type must be one of none/gzip/snappy/lz4/zstd, not {compression_type!r}")
         self.acks = ACKS[acks]
@@ -98,11 +121,19 @@ class AsyncProducer:
         self._refreshing: set[str] = set()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Transactions (KIP-98): the core decides, the driver talks to the coordinators.
+        self.transactional_id = transactional_id
+        self.max_block_ms = max_block_ms  # Java's bound on init/send offsets/commit/abort
+        self.txn: TransactionCore | None = None
+        self._txn: TransactionDriver | None = None
+        if transactional_id is not None:
+            self.txn = TransactionCore(transactional_id, transaction_timeout_ms)
+            self._txn = TransactionDriver(self.client, self.txn, on_change=self._txn_changed)
 
     async def start(self) -> AsyncProducer:
         self._loop = asyncio.get_running_loop()
         await self.client.refresh_metadata()
-        if self.idempotent:
+        if self.idempotent and self.txn is None:  # a transactional id gets its producer id in init_transactions
             await self._init_producer_id()
         self._sender = self._loop.create_task(self._run())
         return self
@@ -147,6 +178,8 @@ class AsyncProducer:
         """Queue one record; returns a future resolving to RecordMetadata (or raising KafkaError)."""
         if self._closed:
             raise KafkaError(ErrorCode.unknown_server_error, "producer is closed", retriable=False)
+        if self.txn is not None:
+            self.txn.check_send()
         n = await self.room_for(topic)
         fut = self._loop.create_future()
         self.append(topic, value, key, partition, timestamp_ms, headers, fut, n)
@@ -167,6 +200,8 @@ class AsyncProducer:
         """Partition and queue one record without waiting (`room_for` came first). `handle`
         is anything with done/set_result/set_exception: an asyncio future, or the sync
         facade's lighter DeliveryFuture."""
+        if self.txn is not None:
+            self.txn.check_send()  # only inside a transaction that has not failed
         key, value = _bytes(key), _bytes(value)
         if partition is None:
             if key is not None:
@@ -180,6 +215,8 @@ class AsyncProducer:
         now = time.monotonic() * 1000
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         tp = TopicPartition(topic, partition)
+        if self.txn is not None and self.txn.add_partition(tp):
+            self._txn.kick()  # AddPartitionsToTxn before the partition's first batch goes
         if self.acc.append(tp, ts, key, value, _headers(headers), handle, now):
             if key is None and partition == self._sticky.get(topic) and n > 1:
                 # KIP-480: switch the sticky partition when its batch fills.
@@ -218,6 +255,8 @@ class AsyncProducer:
         except KafkaError:
             pass
         self._closed = True
+        if self._txn is not None:
+            await self._txn.close()
         for b in self.acc.abort_all():
             self._fail(b, KafkaError(ErrorCode.unknown_server_error, "producer closed before delivery",
                                      retriable=False))
@@ -231,6 +270,88 @@ class AsyncProducer:
                 log.warning("producer sender ended with %r", exc)
         if self._own_client:
             await self.client.close()
+
+    # ------------------------------------------------------------------ transactions (KIP-98)
+
+    def _core(self) -> TransactionCore:
+        if self.txn is None:
+            raise IllegalStateError("transactional methods need a transactional_id")
+        return self.txn
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self.max_block_ms / 1000 if timeout is None else timeout)
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the producer id and epoch of the transactional id, fencing older producers
+        with the same id and aborting what they left open. Once per producer; a call that
+        timed out (KafkaTimeoutError) may be made again."""
+        core = self._core()
+        core.start_init()
+        await self._txn.init(self._deadline(timeout))
+        self._sequences.clear()  # a new epoch: every partition's sequence starts again at 0
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (nothing is sent until the first record or offsets)."""
+        self._core().begin()
+
+    async def send_offsets_to_transaction(self, offsets: dict, group_metadata: GroupMetadata | str,
+                                          timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets (tp -> next offset to read, int or
+        OffsetAndMetadata) as part of the transaction: they count only if it commits.
+        `group_metadata` is the consumer's `group_metadata()` (KIP-447 fencing), or a bare
+        group id (no fencing, as aiokafka sends it)."""
+        core = self._core()
+        core.check_offsets()
+        group = GroupMetadata(group_metadata) if isinstance(group_metadata, str) else group_metadata
+        await self._txn.send_offsets(as_offsets(offsets), group, self._deadline(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver every record of the transaction, then commit it. A
+        TransactionAbortableError means it cannot commit: call abort_transaction()."""
+        core = self._core()
+        core.start_commit()
+        deadline = self._deadline(timeout)
+        await self.flush(max(0.0, deadline - time.monotonic()))
+        if core.state is not State.COMMITTING and core.error is not None:
+            raise core.error  # a batch (or adding its partition) failed: the transaction cannot commit
+        await self._txn.end(True, deadline)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop the records still queued, wait for those in flight, and abort."""
+        core = self._core()
+        core.start_abort()
+        deadline = self._deadline(timeout)
+        await self._purge(deadline)
+        epoch = core.producer_epoch
+        await self._txn.end(False, deadline)
+        if core.producer_epoch != epoch:
+            self._sequences.clear()  # KIP-360: bumped, every sequence starts again at 0
+
+    def transaction(self) -> _Transaction:
+        """`async with producer.transaction(): ...` begins a transaction, commits it when the
+        block ends normally and aborts it when the block raises (aiokafka's helper)."""
+        return _Transaction(self)
+
+    async def _purge(self, deadline: float) -> None:
+        """Abort: fail what is queued (never sent), wait for what is in flight (Java sends
+        EndTxn only when no batch is incomplete; librdkafka purges and waits the same way)."""
+        aborted = TransactionAbortedError()
+        for b in self.acc.abort_all():
+            self._fail(b, aborted)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._wait_idle(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise KafkaTimeoutError(f"abort: {self.acc.records} record(s) still in flight") from None
+
+    def _txn_changed(self) -> None:
+        """The transaction driver or a failed batch changed something: wake the sender, and
+        when the transaction has failed, fail what is still queued with its error."""
+        core = self.txn
+        if core is not None and core.state in (State.ABORTABLE_ERROR, State.FATAL_ERROR) and core.error is not None:
+            for b in self.acc.abort_all():
+                self._fail(b, core.error)
+        self._wake.set()
 
     # ------------------------------------------------------------------ sender
 
@@ -257,6 +378,8 @@ class AsyncProducer:
         by_node: dict[int, list[ProducerBatch]] = {}
         sizes: dict[int, int] = {}
         for tp in ready:
+            if self.txn is not None and not self.txn.may_send(tp):
+                continue  # not yet in the transaction: the driver wakes us when it is
             node = self.client.cluster.leader(tp)
             if node is None:
                 if tp.topic not in self._refreshing:
@@ -268,9 +391,12 @@ class AsyncProducer:
                     if batch.base_sequence < 0:
                         batch.base_sequence = self._sequences.get(tp, 0)
                         self._sequences[tp] = (batch.base_sequence + len(batch.records)) & 0x7FFFFFFF
+                    pid, epoch = (self.txn.producer_id, self.txn.producer_epoch) if self.txn is not None \
+                        else (self.producer_id, self.producer_epoch)
                     batch.encoded = encode_batch(batch.records, compression=self.compression,
-                                                 producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                                                 base_sequence=batch.base_sequence)
+                                                 producer_id=pid, producer_epoch=epoch,
+                                                 base_sequence=batch.base_sequence,
+                                                 is_transactional=self.txn is not None)
                 else:
                     batch.encoded = encode_batch(batch.records, compression=self.compression)
             if by_node.get(node) and sizes[node] + len(batch.encoded) > self.max_request_size:
@@ -309,7 +435,7 @@ class AsyncProducer:
         topics: dict[str, list[dict]] = {}
         for b in batches:
             topics.setdefault(b.tp.topic, []).append({"index": b.tp.partition, "records": b.encoded})
-        body = {"transactional_id": None, "acks": self.acks, "timeout": self.request_timeout_ms,
+        body = {"transactional_id": self.transactional_id, "acks": self.acks, "timeout": self.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
         try:
             resp = await self.client.send(node, Api.PRODUCE, body, expect_response=self.acks != 0,
@@ -352,13 +478,24 @@ class AsyncProducer:
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()  # mark retrieved: an unawaited failed future is not an error here
+        if self.txn is not None and isinstance(exc, KafkaError):
+            # Records whose fate is unknown (retries gave up, or dropped after being sent)
+            # leave a hole in the partition's sequence numbers; a refusal does not
+            # (_release_sequences gives the numbers back).
+            gap = b.base_sequence >= 0 and (exc.retriable or isinstance(exc, TransactionAbortedError) or exc.code in (
+                ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id))
+            before = self.txn.state
+            self.txn.batch_failed(exc, sequence_gap=gap)
+            if self.txn.state is not before:
+                self._txn_changed()
 
     def _retry_or_fail(self, b: ProducerBatch, exc: KafkaError) -> None:
         if exc.code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large) and len(b.records) > 1:
             self.acc.split(b)  # only the record that is too large on its own will fail
             return
         age = time.monotonic() * 1000 - b.created_ms
-        if exc.retriable and b.attempts < self.retries and age < self.delivery_timeout_ms and not self._closed:
+        if exc.retriable and b.attempts < self.retries and age < self.delivery_timeout_ms and not self._closed and (
+                self.txn is None or self.txn.state in (State.IN_TRANSACTION, State.COMMITTING)):
             log.debug("retrying %s after %s", b.tp, exc)
             if (exc.code in STALE_METADATA or exc.code == ErrorCode.network_exception) and \
                     b.tp.topic not in self._refreshing:
@@ -380,6 +517,21 @@ class AsyncProducer:
                 b.base_sequence -= n
                 b.encoded = None
         self._sequences[failed.tp] = (self._sequences[failed.tp] - n) & 0x7FFFFFFF
+
+
+class _Transaction:
+    def __init__(self, producer: AsyncProducer) -> None:
+        self.producer = producer
+
+    async def __aenter__(self) -> AsyncProducer:
+        self.producer.begin_transaction()
+        return self.producer
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            await self.producer.commit_transaction()
+        elif self.producer.txn is not None and self.producer.txn.state is not State.FATAL_ERROR:
+            await self.producer.abort_transaction()
 
 
 def _ms(value) -> int:

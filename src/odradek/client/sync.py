@@ -88,14 +88,38 @@ class Producer:
                 except Exception as exc:  # noqa: BLE001 - handed to the caller's future
                     fut.set_exception(exc)
 
-    def flush(self, timeout: float | None = None) -> None:
+    def _drained(self) -> None:
+        """Wait until every record `send` queued is handed to the async producer."""
         while True:
             with self._qlock:
                 idle = not self._queue and not self._draining
             if idle:
-                break
+                return
             run(asyncio.sleep(0.001))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._drained()
         run(self._p.flush(timeout))
+
+    # --- transactions (KIP-98): records sent before a commit or abort belong to it ---
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        run(self._p.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._drained()
+        run(_sync(self._p.begin_transaction))
+
+    def send_offsets_to_transaction(self, offsets, group_metadata, timeout: float | None = None) -> None:
+        run(self._p.send_offsets_to_transaction(offsets, group_metadata, timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._drained()
+        run(self._p.commit_transaction(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._drained()
+        run(self._p.abort_transaction(timeout))
 
     def close(self, timeout: float | None = 30.0) -> None:
         self.flush(timeout)
@@ -257,6 +281,10 @@ class Consumer:
 
     def commit(self, offsets=None) -> None:
         self._call(self._c.commit(offsets))
+
+    def group_metadata(self):
+        """What `Producer.send_offsets_to_transaction` needs to fence this member's commits (KIP-447)."""
+        return self._c.group_metadata()
 
     def committed(self, tps):
         return self._call(self._c.committed(tps))

@@ -7,7 +7,8 @@ import re
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 CONSUMER_OFFSETS = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, "__transaction_state"})
+TRANSACTION_STATE = "__transaction_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
 
 
 class InvalidTopicName(ValueError):

@@ -16,6 +16,12 @@ the newest value wins and a tombstone deletes it. Who may commit:
     for unknown members.
 Offsets of empty groups expire `offsets.retention.minutes` after their commit, and an
 empty consumer group whose last offset expired is deleted.
+
+Transactional offsets (txn_offsets.py, KIP-447) touch these as Kafka's
+OffsetMetadataManager does: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT
+for each partition a transaction may still change (`Shard.unstable`); an offset with a
+pending transactional one does not expire, nor does a group with open transactions;
+OffsetDelete and group deletion tombstone pending offsets too.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from ..protocol.errors import (
     REBALANCE_IN_PROGRESS,
     STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
+    UNSTABLE_OFFSET_COMMIT,
     UNSUPPORTED_VERSION,
 )
 from . import records as R
@@ -137,7 +144,7 @@ def commit(shard: Shard, req: CommitRequest, now_ms: int) -> Result:
             # request carries (librdkafka's consumer-protocol consumers commit after assign()
             # with their client-generated member id and epoch -1).
             if req.member_epoch >= 0:
-                if req.group_id in shard.offsets:
+                if req.group_id in shard.offsets or req.group_id in shard.open_txns:
                     # An offsets-only ("simple") group has no members to commit as.
                     raise CoordinatorError(UNKNOWN_MEMBER_ID, f"Group {req.group_id} has no member {req.member_id}.")
                 if req.version >= 9:
@@ -169,8 +176,16 @@ def commit(shard: Shard, req: CommitRequest, now_ms: int) -> Result:
 
 
 def fetch_group(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                member_id: str | None = None, member_epoch: int = -1) -> dict:
-    """One group's committed offsets. `topics` None means every committed offset of the group."""
+                member_id: str | None = None, member_epoch: int = -1, require_stable: bool = False) -> dict:
+    """One group's committed offsets. `topics` None means every committed offset of the group.
+
+    `require_stable` (OffsetFetch v7+, KIP-447): a partition some transaction may still
+    move (an open one holds an offset of it, or its marker is not committed yet) gets
+    UNSTABLE_OFFSET_COMMIT, and the consumer retries rather than start from an offset about
+    to change. Still a read of the committed view: Kafka 4.x runs it as a write that waits
+    for the high watermark instead, but its classic coordinator answered at once as this
+    does, which keeps OffsetFetch free of waits (and a group without transactions answers
+    exactly as without the flag)."""
     group = shard.consumer_groups.get(group_id)
     if member_id or member_epoch >= 0:
         # OffsetFetch v9: a member fetching must be current (KIP-848 "OffsetFetch API").
@@ -182,6 +197,7 @@ def fetch_group(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]]
     # Read at the committed offset: a commit whose record is not yet committed is not
     # visible (Kafka's OffsetFetch reads its timeline maps at the last committed offset).
     offsets = shard.committed_offsets(group_id)
+    unstable = shard.unstable(group_id) if require_stable else ()
     if topics is None:
         by_topic: dict[str, list[int]] = {}
         for (t, p) in sorted(offsets):
@@ -192,7 +208,10 @@ def fetch_group(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]]
         rows = []
         for p in parts:
             e = offsets.get((name, p))
-            if e is None:
+            if (name, p) in unstable:
+                rows.append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                             "metadata": "", "error_code": UNSTABLE_OFFSET_COMMIT})
+            elif e is None:
                 rows.append({"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
                              "metadata": "", "error_code": NONE})
             else:
@@ -206,7 +225,7 @@ def delete(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]], now
     """OffsetDelete: refused for topics a non-empty consumer group subscribes to."""
     group = shard.consumer_groups.get(group_id)
     classic = shard.classic_groups.get(group_id)
-    if group is None and classic is None and group_id not in shard.offsets:
+    if group is None and classic is None and group_id not in shard.offsets and group_id not in shard.open_txns:
         return Result([], {"error_code": GROUP_ID_NOT_FOUND, "topics": []})
     subscribed = set(group.subscribed_topics) if group is not None and group.members else set()
     if classic is not None and not classic.is_(ClassicState.EMPTY):
@@ -221,7 +240,8 @@ def delete(shard: Shard, group_id: str, topics: list[tuple[str, list[int]]], now
             if name in subscribed:
                 rows.append({"partition_index": p, "error_code": GROUP_SUBSCRIBED_TO_TOPIC})
                 continue
-            if (name, p) in shard.offsets.get(group_id, {}):
+            # Kafka: a committed or a pending transactional offset gets a tombstone.
+            if (name, p) in shard.offsets.get(group_id, {}) or shard.has_pending(group_id, name, p):
                 records.append(R.offset_tombstone(group_id, name, p))
             rows.append({"partition_index": p, "error_code": NONE})
         out.append({"name": name, "partitions": rows})
@@ -240,8 +260,11 @@ def _classic_subscribed(group: ClassicGroup) -> set[str]:
 
 
 def delete_group_records(shard: Shard, group_id: str) -> list[R.CoordinatorRecord]:
-    """Tombstones for everything a (empty) group left behind: offsets and consumer-group records."""
-    out = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(shard.offsets.get(group_id, {}))]
+    """Tombstones for everything a (empty) group left behind: offsets, pending transactional
+    ones included (Kafka's deleteAllOffsets; one tombstone per partition deletes both), and
+    consumer-group records."""
+    partitions = set(shard.offsets.get(group_id, {})) | set(shard.open_txns.get(group_id, {}))
+    out = [R.offset_tombstone(group_id, t, p) for (t, p) in sorted(partitions)]
     if group_id in shard.classic_groups:
         out.append(R.classic_group_tombstone(group_id))
     group = shard.consumer_groups.get(group_id)
@@ -262,8 +285,11 @@ def expire_offsets(shard: Shard, now_ms: int) -> Result:
         if isinstance(group, ClassicGroup) and (not group.is_(ClassicState.EMPTY) or group.pending_members):
             continue  # rebalancing
         offsets = shard.offsets.get(group_id, {})
-        expired = [(t, p) for (t, p), e in sorted(offsets.items()) if e.commit_timestamp + retention <= now_ms]
-        if group is not None and len(expired) == len(offsets):
+        # Kafka's cleanupExpiredOffsets: an offset a transaction is about to replace stays,
+        # and so does a group with open transactions.
+        expired = [(t, p) for (t, p), e in sorted(offsets.items())
+                   if e.commit_timestamp + retention <= now_ms and not shard.has_pending(group_id, t, p)]
+        if group is not None and len(expired) == len(offsets) and group_id not in shard.open_txns:
             records += delete_group_records(shard, group_id)  # the group is gone with its last offset
         else:
             records += [R.offset_tombstone(group_id, t, p) for t, p in expired]

@@ -36,6 +36,15 @@ field 0 of the member metadata value, as in Kafka.
 Keys are non-flexible (int16-length strings); values use Kafka's flexible encoding
 (compact strings, varint array lengths, tagged fields), except OffsetCommitValue v3.
 One small schema interpreter does both; no per-record hand-written codecs.
+
+Transactions (KIP-98, KIP-447). A TxnOffsetCommit's OffsetCommit records are written in
+one transactional batch carrying the producer id and epoch (the Result says so with a
+`Transactional` tag); they stay pending until the producer's transaction ends. The end
+is a transaction marker, a control batch rather than a keyed record: the runtime carries
+it as a pseudo record of type TXN_MARKER (`txn_marker`) so that it is written and
+replayed like any other write, and the writer turns it into the control batch. A load
+that meets transactional or control batches reads the partition as a `StoredLog`, whose
+items keep each batch's kind in log order.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ CURRENT_ASSIGNMENT = 8
 # Kafka's ConsumerGroupRegularExpressionKey is "validVersions": "16" (the key version is the
 # record type); types 9-15 are share-group records odradek does not write.
 REGULAR_EXPRESSION = 16
+# Not a type stored as a key: a transaction marker (KIP-98), stored as a control batch.
+TXN_MARKER = -1
 
 
 class RecordError(ValueError):
@@ -71,6 +82,29 @@ class CoordinatorRecord(NamedTuple):
     @property
     def group_id(self) -> str:
         return self.key[0]
+
+
+class Transactional(NamedTuple):
+    """The producer whose transaction a Result's records belong to (TxnOffsetCommit): they
+    are written as one transactional batch carrying this id and epoch (Kafka's
+    scheduleTransactionalWriteOperation), and replay into that producer's pending offsets."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+class TransactionalPairs(NamedTuple):
+    """The stored (key, value) pairs of one transactional data batch, as a load reads them."""
+
+    producer_id: int
+    producer_epoch: int
+    pairs: list[tuple[bytes | None, bytes | None]]
+
+
+class StoredLog(list):
+    """A partition's stored contents in log order when some batches are transactional or
+    control batches: items are runs of plain (key, value) pairs (lists), TransactionalPairs,
+    and TXN_MARKER records. A partition without either is read as a plain list of pairs."""
 
 
 # --- schema interpreter ---------------------------------------------------------------
@@ -310,6 +344,8 @@ def encode_value(rtype: int, value: dict | None) -> bytes | None:
 
 
 def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
+    if record.type == TXN_MARKER:
+        raise ValueError("a transaction marker is written as a control batch, not as a keyed record")
     return encode_key(record.type, record.key), encode_value(record.type, record.value)
 
 
@@ -402,6 +438,14 @@ def offset_commit(group: str, topic: str, partition: int, offset: int, leader_ep
 
 def offset_tombstone(group: str, topic: str, partition: int) -> CoordinatorRecord:
     return CoordinatorRecord(OFFSET_COMMIT, (group, topic, partition), None)
+
+
+def txn_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int) -> CoordinatorRecord:
+    """The end of a producer's transaction in this partition (KIP-98 WriteTxnMarkers): its
+    pending offsets become committed offsets (commit) or are dropped (abort)."""
+    return CoordinatorRecord(TXN_MARKER, (producer_id, producer_epoch), {
+        "commit": commit, "coordinator_epoch": coordinator_epoch,
+    })
 
 
 def group_epoch(group: str, epoch: int) -> CoordinatorRecord:

@@ -29,6 +29,15 @@ shard that is not active gets NOT_COORDINATOR (never elected here, resigned, fai
 load) or COORDINATOR_LOAD_IN_PROGRESS, as Kafka's runtime answers. The states and the
 moves between them are the table `SHARD_TRANSITIONS`, keyed by (state, event).
 
+Transactions (KIP-98; Kafka's scheduleTransactionalWriteOperation and
+scheduleTransactionCompletion). A Result tagged `transactional` (TxnOffsetCommit) is
+handed to the writer with the tag as a fourth argument, so it writes one transactional
+batch with that producer id and epoch, and its records replay as pending offsets.
+`complete_transaction(partition, ...)` writes a transaction marker to a partition (a
+TXN_MARKER record, which the writer turns into a control batch) in order with the
+shard's other writes, and settles once it is committed. Loading replays a `StoredLog`
+(a partition with transactional or control batches) item by item in log order.
+
 The runtime is synchronous and touches no socket or clock: callers pass `now_ms`.
 """
 
@@ -57,13 +66,15 @@ from .dispatch import arm_member_timers
 from .errors import CoordinatorUnavailable, error_code_for
 from .image import MetadataImage
 from .offsets import expire_offsets
-from .records import CoordinatorRecord, decode
+from .records import CoordinatorRecord, StoredLog, Transactional, TransactionalPairs, decode, txn_marker
 from .shard import Result, Shard, Then, _random_member_id
 from .timer import Timer
 
 log = logging.getLogger(__name__)
 
-Writer = Callable[[int, list[CoordinatorRecord], int], int]
+# append(partition, records, now_ms) -> the last offset written; a transactional write also
+# gets the Transactional tag: append(partition, records, now_ms, transactional).
+Writer = Callable[..., int]
 
 
 def discarding_writer() -> Writer:
@@ -233,14 +244,17 @@ class CoordinatorRuntime:
 
     def active_shard(self, group_id: str) -> Shard:
         """The group's shard, or CoordinatorUnavailable saying why it cannot be served here."""
-        partition = self.partition_for(group_id)
+        return self.active_shard_at(self.partition_for(group_id), f" of group {group_id}")
+
+    def active_shard_at(self, partition: int, what: str = "") -> Shard:
+        """The shard of `partition`, or CoordinatorUnavailable saying why it cannot be served here."""
         shard = self.shards.get(partition)
         if shard is not None and not self.serving():
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"partition {partition} of group {group_id}: this node "
+            raise CoordinatorUnavailable(NOT_COORDINATOR, f"partition {partition}{what}: this node "
                                                           "cannot be sure it still leads it")
         if shard is None:
             code = _REFUSAL[self.state_of(partition)]
-            raise CoordinatorUnavailable(code, f"partition {partition} of group {group_id}: {code.name}")
+            raise CoordinatorUnavailable(code, f"partition {partition}{what}: {code.name}")
         return shard
 
     def new_shard(self, partition: int) -> Shard:
@@ -325,13 +339,21 @@ class CoordinatorRuntime:
     def _replay_bytes(shard: Shard, pairs: Iterable[tuple[bytes | None, bytes | None]]) -> None:
         shard.loading = True
         with _collector_paused():
-            # Offset commits, most of a partition, are independent of every other record:
-            # the shard reads them in bulk (only each one's newest value is decoded) and
-            # hands back the others, replayed here in log order.
-            for key, value in shard.replay_offset_commits(pairs if isinstance(pairs, list) else list(pairs)):
-                record = decode(key, value)
-                if record is not None:
-                    shard.replay(record)
+            if not isinstance(pairs, StoredLog):
+                _replay_plain(shard, pairs if isinstance(pairs, list) else list(pairs))
+                return
+            # Transactional batches and markers: every item in log order, since a marker
+            # acts on what its producer wrote before it and a later commit overrides both.
+            for item in pairs:
+                if isinstance(item, TransactionalPairs):
+                    for key, value in item.pairs:
+                        record = None if key is None else decode(key, value)
+                        if record is not None:
+                            shard.replay_transactional(record, item.producer_id)
+                elif isinstance(item, CoordinatorRecord):
+                    shard.replay(item)  # a transaction marker
+                else:
+                    _replay_plain(shard, item)
 
     def _take_over(self, shard: Shard, now_ms: int) -> Shard:
         partition = shard.partition
@@ -427,12 +449,16 @@ class CoordinatorRuntime:
 
     # --- writing and completing -------------------------------------------------------------------
 
-    def _write(self, shard: Shard, records: list[CoordinatorRecord], now_ms: int) -> None:
+    def _write(self, shard: Shard, records: list[CoordinatorRecord], now_ms: int,
+               transactional: Transactional | None = None) -> None:
         """Append, then replay, then queue the outbox's replies behind the last offset written.
         Raises _AppendFailed (the outbox untouched) if the writer refused the records."""
         if records:
             try:
-                last = self.writer(shard.partition, records, now_ms)
+                if transactional is None:
+                    last = self.writer(shard.partition, records, now_ms)
+                else:
+                    last = self.writer(shard.partition, records, now_ms, transactional)
             except Exception as exc:
                 raise _AppendFailed(str(exc)) from exc
             assert isinstance(last, int) and last > shard.last_written_offset, (
@@ -444,8 +470,12 @@ class CoordinatorRuntime:
             # needed when every write commits at once).
             shard.writing_offset = None if self._commits_on_write(shard.partition) else last
             try:
-                for record in records:
-                    shard.replay(record)
+                if transactional is None:
+                    for record in records:
+                        shard.replay(record)
+                else:
+                    for record in records:
+                        shard.replay_transactional(record, transactional.producer_id)
             finally:
                 shard.writing_offset = None
             shard.last_written_offset = last
@@ -525,10 +555,10 @@ class CoordinatorRuntime:
     def _apply(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
         """Run `op` and what it chains (Then), writing each step; the final response."""
         result = op(shard, now_ms)
-        self._write(shard, result.records, now_ms)
+        self._write(shard, result.records, now_ms, result.transactional)
         while isinstance(result.response, Then):
             result = result.response.op(shard, now_ms)
-            self._write(shard, result.records, now_ms)
+            self._write(shard, result.records, now_ms, result.transactional)
         return result.response
 
     def _run_guarded(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int, answer: Deferred) -> None:
@@ -558,6 +588,26 @@ class CoordinatorRuntime:
             return answer
         self._run_guarded(shard, op, now_ms, answer)
         return answer
+
+    def submit_at(self, partition: int, op: Callable[[Shard, int], Result], now_ms: int) -> Deferred:
+        """`submit` to the shard of `partition` (an operation on the partition, not a group)."""
+        answer = Deferred()
+        try:
+            shard = self.active_shard_at(partition)
+        except CoordinatorUnavailable as exc:
+            answer.fail(exc)
+            return answer
+        self._run_guarded(shard, op, now_ms, answer)
+        return answer
+
+    def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                             coordinator_epoch: int, now_ms: int) -> Deferred:
+        """Write a transaction marker to `partition` (Kafka's scheduleTransactionCompletion):
+        in order with the shard's other writes; its replay commits or aborts the producer's
+        pending offsets. Settles (response None) once the marker is committed, or fails
+        like any write (CoordinatorUnavailable when the shard is not served here)."""
+        marker = txn_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        return self.submit_at(partition, lambda _shard, _now: Result([marker], None), now_ms)
 
     def run(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int):
         """`submit` for callers that need the answer now (a single node commits on write):
@@ -633,6 +683,16 @@ class CoordinatorRuntime:
                                   now_ms, answer)
                 if answer.error is not None:
                     break  # reverted: the reload refreshed every group against the new image
+
+
+def _replay_plain(shard: Shard, pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+    # Offset commits, most of a partition, are independent of every other record: the
+    # shard reads them in bulk (only each one's newest value is decoded) and hands back
+    # the others, replayed here in log order.
+    for key, value in shard.replay_offset_commits(pairs):
+        record = decode(key, value)
+        if record is not None:
+            shard.replay(record)
 
 
 def _creates_topics(old: MetadataImage, new: MetadataImage) -> bool:

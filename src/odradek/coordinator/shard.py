@@ -10,6 +10,17 @@ after a restart equals the state before it (`snapshot()` makes that comparable).
 Side effects other than state (timers) are scheduled by handlers on the injected timer,
 as Kafka's coordinator does; after a load, `on_loaded` re-arms them.
 
+Transactional offsets (KIP-98, KIP-447; Kafka's OffsetMetadataManager): OffsetCommit
+records written in a producer's transactional batch (`replay_transactional`) are held
+pending per producer id, invisible to OffsetFetch, until that producer's transaction
+marker is replayed: a commit moves them into the committed offsets, an abort drops them.
+As in Kafka the newest record in the log wins, whichever way it was committed: a pending
+offset is materialized only if no committed write of its partition came after it in the
+log (positions are `records_replayed` at replay). A tombstone of a partition deletes its
+pending offsets too. `open_txns` (group -> partition -> producer ids) keeps a group with
+open transactions alive and, with the partitions of markers not yet committed, answers
+KIP-447's "is this partition's offset unstable" (`unstable`).
+
 Classic groups are the exception, as in Kafka: their rebalance is transient state that
 the classic handlers change directly, and their GroupMetadata record is a snapshot of the
 group that only loading replays (classic/model.py). Classic requests that wait (JoinGroup,
@@ -42,6 +53,9 @@ from .timer import Timer
 class Result(NamedTuple):
     records: list[R.CoordinatorRecord]
     response: Any
+    # Set when the records belong to a producer's transaction (TxnOffsetCommit): the writer
+    # writes them as one transactional batch, replay holds them pending.
+    transactional: R.Transactional | None = None
 
 
 class Then(NamedTuple):
@@ -56,8 +70,8 @@ def answering(result: Result, response: Any) -> Result:
     (a leave whose removal converts the group: the conversion, its rebalance, then the answer)."""
     if isinstance(result.response, Then):
         then = result.response.op
-        return Result(result.records, Then(lambda s, now: answering(then(s, now), response)))
-    return Result(result.records, response)
+        return Result(result.records, Then(lambda s, now: answering(then(s, now), response)), result.transactional)
+    return Result(result.records, response, result.transactional)
 
 
 _I32 = struct.Struct(">i")  # an OffsetCommitKey ends with its partition
@@ -68,6 +82,14 @@ class OffsetEntry(NamedTuple):  # a NamedTuple: one per committed offset, built 
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+
+
+class PendingOffset(NamedTuple):
+    """A transactional offset waiting for its producer's marker, and where its record is
+    in the log (replay order; Kafka keeps the record offset)."""
+
+    entry: OffsetEntry
+    position: int
 
 
 def _random_member_id() -> str:
@@ -93,6 +115,13 @@ class Shard:
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.classic_groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetEntry]] = {}
+        # KIP-98 transactional offsets: producer id -> group -> (topic, partition) -> pending
+        # offset, and the other way round group -> (topic, partition) -> producer ids.
+        self.pending: dict[int, dict[str, dict[tuple[str, int], PendingOffset]]] = {}
+        self.open_txns: dict[str, dict[tuple[str, int], set[int]]] = {}
+        # Where the committed offset of a partition with pending offsets was last written
+        # (kept only while it has some: a materialization compares against it).
+        self._committed_at: dict[tuple[str, tuple[str, int]], int] = {}
         self.records_replayed = 0
         self.loading = False
         # Kafka's lastMetadataImageWithNewTopics: the version of the last metadata image that
@@ -112,6 +141,9 @@ class Shard:
         # group, (topic, partition), previous entry or None), oldest first. OffsetFetch reads
         # at the committed offset (Kafka reads its timeline maps at the committed offset).
         self._uncommitted: list[tuple[int, str, tuple[str, int], OffsetEntry | None]] = []
+        # Partitions whose pending offsets a marker not yet committed ended: (marker's
+        # offset, group, (topic, partition)). Still unstable for KIP-447 until it commits.
+        self._unsettled: list[tuple[int, str, tuple[str, int]]] = []
 
     def reset(self) -> None:
         """Forget every group and offset (and timer) before the same partition is replayed
@@ -119,8 +151,12 @@ class Shard:
         self.consumer_groups.clear()
         self.classic_groups.clear()
         self.offsets.clear()
+        self.pending.clear()
+        self.open_txns.clear()
+        self._committed_at.clear()
         self.outbox.clear()
         self._uncommitted.clear()
+        self._unsettled.clear()
         self.timer.cancel_all()
         self.records_replayed = 0
         self.writing_offset = None
@@ -139,7 +175,24 @@ class Shard:
     # --- lookups ------------------------------------------------------------------------------
 
     def group_ids(self) -> set[str]:
-        return set(self.consumer_groups) | set(self.classic_groups) | set(self.offsets)
+        # A group with only pending transactional offsets exists too (Kafka creates a simple
+        # group when it replays one).
+        return set(self.consumer_groups) | set(self.classic_groups) | set(self.offsets) | set(self.open_txns)
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        """Some open transaction holds an offset of this partition for the group."""
+        opened = self.open_txns.get(group_id)
+        return opened is not None and (topic, partition) in opened
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """KIP-447: the group's partitions whose committed offset a transaction may still
+        change: some open transaction holds an offset of it, or the marker that ended one
+        is written but not yet committed (Kafka's classic coordinator kept such offsets
+        pending until the marker's append completed)."""
+        out = set(self.open_txns.get(group_id, ()))
+        if self._unsettled:
+            out.update(tp for _offset, g, tp in self._unsettled if g == group_id)
+        return out
 
     # --- replay ---------------------------------------------------------------------------------
 
@@ -148,6 +201,9 @@ class Shard:
         t = record.type
         if t == R.OFFSET_COMMIT:
             self._replay_offset(record)
+            return
+        if t == R.TXN_MARKER:
+            self._replay_marker(record)
             return
         if t == R.CLASSIC_GROUP:
             self._replay_classic(record)
@@ -265,10 +321,11 @@ class Shard:
         `offset_commit_fields`, so it is read, or refused (RecordError), as before.
         """
         others: list[tuple[bytes, bytes | None]] = []
-        if self.writing_offset is not None or self.offsets:
-            # Not a load into an empty shard (loads and reverts always are): the newest
-            # record per offset (key versions 0 and 1 name the same one), then one by one
-            # through `_put_offset` and its undo bookkeeping.
+        if self.writing_offset is not None or self.offsets or self.open_txns:
+            # Not a load into an empty shard (loads and reverts are, until a transactional
+            # batch was replayed): the newest record per offset (key versions 0 and 1 name
+            # the same one), then one by one through `_put_offset` and its undo and
+            # pending-offset bookkeeping.
             newest: dict[bytes, tuple[bytes, bytes | None]] = {}
             count = 0
             for key, value in pairs:
@@ -339,7 +396,74 @@ class Shard:
         self._put_offset(group_id, topic, partition, None if v is None else OffsetEntry(
             v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"]))
 
+    def replay_transactional(self, record: R.CoordinatorRecord, producer_id: int) -> None:
+        """Replay a record of `producer_id`'s transactional batch: an offset commit is held
+        pending until the producer's marker (Kafka's OffsetMetadataManager.replay with a
+        producer id); anything else, a tombstone included, replays as usual, as in Kafka."""
+        if record.type != R.OFFSET_COMMIT or record.value is None:
+            self.replay(record)
+            return
+        self.records_replayed += 1
+        group_id, topic, partition = record.key
+        v = record.value
+        tp = (topic, partition)
+        entry = OffsetEntry(v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"])
+        self.pending.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = PendingOffset(entry, self.records_replayed)
+        self.open_txns.setdefault(group_id, {}).setdefault(tp, set()).add(producer_id)
+
+    def _replay_marker(self, record: R.CoordinatorRecord) -> None:
+        """A producer's transaction ended (Kafka's replayEndTransactionMarker): on commit its
+        pending offsets become committed ones, each unless a newer committed write of the
+        partition came after it in the log; on abort they are dropped. A marker for a
+        producer with nothing pending changes nothing."""
+        producer_id = record.key[0]
+        mine = self.pending.pop(producer_id, None)
+        if mine is None:
+            return
+        commit = record.value["commit"]
+        unsettled = self.writing_offset is not None and self.writing_offset > self.last_committed_offset
+        for group_id, entries in mine.items():
+            opened = self.open_txns[group_id]
+            for tp, pending in entries.items():
+                if unsettled:
+                    self._unsettled.append((self.writing_offset, group_id, tp))
+                slot = (group_id, tp)
+                newest = self._committed_at.get(slot, -1)
+                others = opened[tp]
+                others.discard(producer_id)
+                if not others:
+                    del opened[tp]
+                    self._committed_at.pop(slot, None)
+                if commit and pending.position > newest:
+                    self._store_offset(group_id, tp[0], tp[1], pending.entry)
+                    if others:
+                        self._committed_at[slot] = pending.position
+            if not opened:
+                del self.open_txns[group_id]
+
     def _put_offset(self, group_id: str, topic: str, partition: int, entry: OffsetEntry | None) -> None:
+        """A committed offset written (or a tombstone), outside any transaction."""
+        opened = self.open_txns.get(group_id) if self.open_txns else None
+        if opened is not None and (topic, partition) in opened:
+            tp = (topic, partition)
+            if entry is None:
+                # Kafka: a tombstone deletes the partition's pending offsets too (DeleteGroups,
+                # OffsetDelete, expiry and topic deletion all end in tombstones).
+                for producer_id in opened.pop(tp):
+                    groups = self.pending[producer_id]
+                    del groups[group_id][tp]
+                    if not groups[group_id]:
+                        del groups[group_id]
+                        if not groups:
+                            del self.pending[producer_id]
+                if not opened:
+                    del self.open_txns[group_id]
+                self._committed_at.pop((group_id, tp), None)
+            else:
+                self._committed_at[(group_id, tp)] = self.records_replayed
+        self._store_offset(group_id, topic, partition, entry)
+
+    def _store_offset(self, group_id: str, topic: str, partition: int, entry: OffsetEntry | None) -> None:
         offsets = self.offsets.get(group_id)
         if self.writing_offset is not None and self.writing_offset > self.last_committed_offset:
             old = offsets.get((topic, partition)) if offsets is not None else None
@@ -361,6 +485,8 @@ class Shard:
         self.last_committed_offset = max(self.last_committed_offset, offset)
         if self._uncommitted:
             self._uncommitted = [u for u in self._uncommitted if u[0] > self.last_committed_offset]
+        if self._unsettled:
+            self._unsettled = [u for u in self._unsettled if u[0] > self.last_committed_offset]
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetEntry]:
         """A group's offsets as of the committed offset: uncommitted commits undone, newest first."""
@@ -381,6 +507,10 @@ class Shard:
             "consumer_groups": {g: grp.snapshot() for g, grp in sorted(self.consumer_groups.items())},
             "classic_groups": {g: grp.snapshot() for g, grp in sorted(self.classic_groups.items())},
             "offsets": {g: dict(sorted(o.items())) for g, o in sorted(self.offsets.items())},
+            # Only when there are some: snapshots of shards without transactions stay as they were.
+            **({"pending_offsets": {pid: {g: {tp: p.entry for tp, p in sorted(tps.items())}
+                                          for g, tps in sorted(groups.items())}
+                                    for pid, groups in sorted(self.pending.items())}} if self.pending else {}),
         }
 
 

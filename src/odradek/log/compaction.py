@@ -3,8 +3,10 @@
 When a log is cleaned (Kafka's LogCleanerManager.grabFilthiestCompactedLog):
 - Its dirty part starts at the first dirty offset (where the previous pass stopped, the
   log start after a restart, as Kafka without a cleaner checkpoint) and ends at the first
-  uncleanable offset: the active segment, or the first segment holding a record younger
-  than `min.compaction.lag.ms`, whichever comes first.
+  uncleanable offset: the active segment, the segment holding the last stable offset
+  (KIP-98: Kafka's cleanableOffsets never cleans at or past it, so an open transaction,
+  which may yet abort, is never compacted), or the first segment holding a record
+  younger than `min.compaction.lag.ms`, whichever comes first.
 - It is cleaned when the dirty bytes are more than `min.cleanable.dirty.ratio` of the
   log below the uncleanable offset, or, whatever the ratio, when some dirty segment's
   first batch is older than `max.compaction.lag.ms` (KIP-354) and there is something
@@ -12,14 +14,21 @@ When a log is cleaned (Kafka's LogCleanerManager.grabFilthiestCompactedLog):
 
 A pass (Kafka's LogCleaner, simplified to one pass per call):
 1. Build the key -> last offset map over the whole log, active segment included, so a
-   record is dropped whenever a later record with the same key exists anywhere.
+   record is dropped whenever a later record with the same key exists anywhere. Records
+   of aborted transactions and of transactions still open are left out of the map
+   (Kafka's buildOffsetMap skips aborted ones and stops at the LSO): an aborted value
+   must never replace a committed one.
 2. Rewrite each segment below the uncleanable offset: keep a record if it is the latest
    for its key; drop a tombstone (null value) once its segment is older than
    `delete.retention.ms` (the delete horizon), so consumers that are behind still see
    the deletion for that long. A batch whose records all survive is copied byte for
    byte; a batch that lost records is re-encoded with its original base offset, last
    offset delta (so offsets never shift), codec, timestamps and producer fields; a batch
-   that lost every record is dropped.
+   that lost every record is dropped. A batch of an aborted transaction (the partition's
+   aborted index says which) is dropped whole. Control batches (transaction markers)
+   are always kept: Kafka removes a marker once delete.retention.ms has passed and its
+   transaction's data is gone; keeping them costs a few bytes per transaction and keeps
+   the aborted index of every segment true.
 3. The new segment file is written beside the old one and swapped in with an atomic
    rename (PartitionLog.replace_segment); a crash before the rename leaves a stray
    `.cleaned` file that the next start deletes.
@@ -37,17 +46,40 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..records.batch import iter_headers
+from ..records.batch import TRANSACTIONAL_MASK, BatchHeader, iter_headers
 from ..records.codec import decode_batches, encode_batch
 from .partition import CLEANED_SUFFIX, PartitionLog
 
 
-def _key_map(plog: PartitionLog) -> dict[bytes, int]:
+class _TxnFilter:
+    """Which transactional batches do not count: aborted (an entry of the aborted index
+    covers the batch's producer and offset) or still undecided (its producer's open
+    transaction started at or before it)."""
+
+    def __init__(self, plog: PartitionLog) -> None:
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+        for e in plog.aborted_entries(plog.segments[0].base_offset, plog.log_end_offset):
+            self.aborted.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+        self.open = dict(plog.producers.ongoing)
+
+    def aborted_batch(self, h: BatchHeader) -> bool:
+        if not h.attributes & TRANSACTIONAL_MASK or h.is_control:
+            return False
+        return any(first <= h.base_offset <= last for first, last in self.aborted.get(h.producer_id, ()))
+
+    def skipped(self, h: BatchHeader) -> bool:
+        if not h.attributes & TRANSACTIONAL_MASK:
+            return False
+        first_open = self.open.get(h.producer_id)
+        return (first_open is not None and h.base_offset >= first_open) or self.aborted_batch(h)
+
+
+def _key_map(plog: PartitionLog, txns: _TxnFilter) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for seg in plog.segments:
         data = seg.pread(0, seg.size)
         for batch in decode_batches(data):
-            if batch.is_control:
+            if batch.is_control or txns.skipped(batch.header):
                 continue
             for r in batch.records:
                 if r.key is not None:
@@ -90,6 +122,10 @@ def cleanable(plog: PartitionLog, now_ms: int) -> Cleanable:
     closed = segments[:-1]
     dirty = [s for s in closed if s.base_offset >= floor]
     uncleanable = plog.active.base_offset
+    # KIP-98: nothing at or past the last stable offset; segments are cleaned whole, so the
+    # segment holding it is not cleaned either.
+    lso = plog.last_stable_offset
+    uncleanable = min(uncleanable, max((s.base_offset for s in segments if s.base_offset <= lso), default=start))
     lag = max(int(plog.config["min.compaction.lag.ms"]), 0)
     if lag > 0:
         young = next((s for s in dirty if s.max_timestamp > now_ms - lag), None)
@@ -114,7 +150,8 @@ def compact_log(plog: PartitionLog, now_ms: int) -> int:
         return 0
     retention = int(plog.config["delete.retention.ms"])
     horizon = now_ms - retention
-    latest = _key_map(plog)
+    txns = _TxnFilter(plog)
+    latest = _key_map(plog, txns)
     removed = 0
     for seg in [s for s in plog.segments[:-1] if s.base_offset < todo.uncleanable]:
         if seg.size == 0:
@@ -127,6 +164,9 @@ def compact_log(plog: PartitionLog, now_ms: int) -> int:
             raw = data[h.position : h.position + h.size]
             if h.is_control:
                 out.append(raw)
+                continue
+            if txns.aborted_batch(h):
+                seg_removed += h.records_count  # Kafka's cleaner drops aborted data (read_committed skips it)
                 continue
             batch = decode_batches(raw)[0]
             keep = [

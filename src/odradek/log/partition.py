@@ -70,6 +70,9 @@ below the start are folded into it, and when the first or last batch disagrees w
 the cache (file lost, or written by an older broker that kept none) the cache is
 rebuilt from the batch headers, reading only segments where the epoch changes.
 
+Transactions (KIP-98: last stable offset, aborted index, markers, producer snapshots
+written at roll and replayed at open) are transactions.py, a mixin like truncation.py.
+
 Time is a parameter (`now_ms`) everywhere; nothing here reads the clock.
 """
 
@@ -90,8 +93,9 @@ from .epoch_reconcile import EpochReconciliation
 from .epochs import LeaderEpochCache
 from .errors import CorruptBatch, SegmentDamaged, StorageError, storage_error
 from .files import FileCache
-from .producer_state import Duplicate, ProducerState
+from .producer_state import Duplicate
 from .segment import MAX_RELATIVE_OFFSET, RecoveryResult, Segment
+from .transactions import Transactions, markers_of
 from .truncation import Truncation
 
 log = logging.getLogger(__name__)
@@ -151,7 +155,7 @@ def _segment_offsets(directory: Path) -> list[int]:
     return sorted(out)
 
 
-class PartitionLog(EpochReconciliation, Truncation):
+class PartitionLog(EpochReconciliation, Truncation, Transactions):
     def __init__(self, directory: Path, config: dict[str, Any], now_ms: int, clean_shutdown: bool = True,
                  recovery_point: int | None = None, files: FileCache | None = None, log_start_offset: int = 0,
                  high_watermark: int | None = None) -> None:
@@ -188,6 +192,7 @@ class PartitionLog(EpochReconciliation, Truncation):
         except OSError as exc:
             raise storage_error(f"cannot open {directory}", exc) from exc
         self.segments: list[Segment] = []
+        self._replay_floor: int | None = None  # first segment not trusted as flushed (transactions.py)
         try:
             self._load(offsets, recovery_point, now_ms)
             if self.segments and self.segments[-1].next_offset < self._log_start:
@@ -205,9 +210,6 @@ class PartitionLog(EpochReconciliation, Truncation):
         # Everything loaded is flushed: trusted segments were, recovered ones were rewritten.
         self.recovery_point = self.log_end_offset
         self.rolled_unflushed: list[Segment] = []
-        self.producers = ProducerState()
-        for h in self.active.headers():
-            self.producers.update(h)
         self._replicated = False
         self.epochs = LeaderEpochCache.load(directory)
         self._epoch_file = self.epochs.path
@@ -215,6 +217,7 @@ class PartitionLog(EpochReconciliation, Truncation):
         self._epochs_on_disk = self.epochs.entries() if self._epoch_file.exists() else None
         self.epochs.path = None  # in memory until the log is replicated (module docstring)
         try:
+            self._load_transactions(self._replay_floor)
             self._reconcile_epochs()
         except BaseException:
             self.close_files()
@@ -230,6 +233,7 @@ class PartitionLog(EpochReconciliation, Truncation):
             if recovery_point is None or (end is not None and end <= recovery_point):
                 result = seg.load()  # wholly flushed: damage raises SegmentDamaged
             else:
+                self._replay_floor = base if self._replay_floor is None else self._replay_floor
                 result = self._load_or_recover(seg, recovery_point)
                 if result is not None:
                     seg.fsync()  # what recovery kept is now flushed: the recovery point may pass it
@@ -430,8 +434,7 @@ class PartitionLog(EpochReconciliation, Truncation):
         true of the next append too, as in Kafka).
         """
         try:
-            for h in headers:
-                self.producers.check(h)
+            markers = self._check_batches(data, headers)  # sequences, and markers' epochs (transactions.py)
         except Duplicate as dup:
             first = headers[0]
             return AppendInfo(dup.base_offset, dup.base_offset + first.last_offset_delta, -1, self.log_start_offset)
@@ -453,18 +456,18 @@ class PartitionLog(EpochReconciliation, Truncation):
         # Kafka's UnifiedLog.append assigns the epoch's start before writing: the cache may
         # be ahead of the log, never behind. A no-op (no I/O) unless the epoch is new.
         self.epochs.assign(leader_epoch, base)
-        self._write(data, patched, records, now_ms)
+        self._write(data, patched, records, now_ms, markers)
         return AppendInfo(base, next_offset - 1, append_time, self.log_start_offset)
 
     def _write(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader], records: int,
-               now_ms: int) -> None:
+               now_ms: int, markers: list | None = None) -> None:
         """Write batches at the log end (offsets set, roll done) under the flush policy."""
+        markers = markers if markers is not None else markers_of(data, headers)  # before writing: may raise
         flush = self._unflushed_messages + records >= int(self.config["flush.messages"])
         if flush:
             self._flush_rolled()  # older segments first: a failure then leaves nothing appended
         self.active.append(data, headers, fsync=flush)  # all or nothing, the fsync included
-        for h in headers:
-            self.producers.update(h)
+        self._track_batches(headers, markers)
         self._unflushed_messages += records
         if flush:
             self._flushed(now_ms)
@@ -559,6 +562,7 @@ class PartitionLog(EpochReconciliation, Truncation):
         it (a follower's batch after a gap)."""
         old = self.active
         base = old.next_offset if base_offset is None else max(base_offset, old.next_offset)
+        self._snapshot_at(base)  # Kafka takes a producer snapshot at every roll (transactions.py)
         seg = Segment(self.directory, base, self.index_interval, now_ms, self.files)
         old.seal_time_index()
         old.flush_indexes()
@@ -570,6 +574,8 @@ class PartitionLog(EpochReconciliation, Truncation):
 
     def mark_flushed(self, seg: Segment) -> None:
         """A rolled segment was fsynced (by the broker's background flusher)."""
+        if not self._txn_index_synced(seg):
+            return
         if seg in self.rolled_unflushed:
             self.rolled_unflushed.remove(seg)
         # Everything below the oldest segment still unflushed (or the active one) is on disk.
@@ -748,6 +754,7 @@ class PartitionLog(EpochReconciliation, Truncation):
         seg.close_descriptor()
         os.replace(cleaned, seg.path)
         new = Segment(self.directory, seg.base_offset, self.index_interval, seg.created_ms, self.files)
+        new.txn_index = seg.txn_index  # compaction keeps every marker, so the aborted index stands
         new.recover()
         if seg in self.rolled_unflushed:
             self.rolled_unflushed[self.rolled_unflushed.index(seg)] = new

@@ -31,6 +31,11 @@ Two ways to load:
 Replication cuts a segment's tail (`truncate_to`, Kafka's LogSegment.truncateTo): the
 file and both indexes are cut at a batch boundary, and the tail state comes from the
 indexes plus a short scan, as a flushed segment's load does.
+
+Transactions (KIP-98): each segment owns its aborted-transaction index
+(`<base>.txnindex`, txn_index.py), cut, fsynced and deleted with it; the partition log
+fills it. Deleting a segment also deletes the producer snapshot taken when it was rolled
+in (`<base>.snapshot`, transactions.py), as Kafka's UnifiedLog.deleteSegmentFiles does.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from ..records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_of, iter
 from .errors import CorruptBatch, SegmentDamaged, storage_error
 from .files import FileCache
 from .index import IndexCorrupt, OffsetIndex, TimeIndex
+from .txn_index import TxnIndex
 
 _SCAN_CHUNK = 1 << 20
 MAX_RELATIVE_OFFSET = (1 << 31) - 1  # Kafka: relative offsets are ints
@@ -98,6 +104,7 @@ class Segment:
         self.path = directory / f"{name}.log"
         self.index = OffsetIndex(directory / f"{name}.index", base_offset)
         self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)
+        self.txn_index = TxnIndex(directory / f"{name}.txnindex")
         self.index_interval_bytes = index_interval_bytes
         self.files = files if files is not None else UNBOUNDED
         self.fd = -1
@@ -195,8 +202,10 @@ class Segment:
             raise storage_error(f"fsync of {self.path} failed", exc) from exc
 
     def flush(self) -> None:
-        """fsync the data; write the index files (their failure only costs a rebuild later)."""
+        """fsync the data and the aborted-transaction index; write the index files (their
+        failure only costs a rebuild later)."""
         self.fsync()
+        self.txn_index.sync()
         self.flush_indexes()
 
     def seal_time_index(self) -> None:
@@ -221,8 +230,9 @@ class Segment:
     def delete(self) -> None:
         self.files.forget(self)
         self.close_descriptor()
-        for p in (self.path, self.index.path, self.time_index.path):
+        for p in (self.path, self.index.path, self.time_index.path, self.directory / f"{self.path.stem}.snapshot"):
             p.unlink(missing_ok=True)
+        self.txn_index.delete()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -486,6 +496,7 @@ class Segment:
         # the cut go (every batch kept has a smaller base offset than every batch dropped).
         self.time_index.truncate_to_offset(dropped.base_offset if dropped is not None else kept_next)
         self._retrack()
+        self.txn_index.truncate_to(self.next_offset)  # entries whose marker was cut
         return dropped
 
     def _offset_at(self, position: int) -> int:

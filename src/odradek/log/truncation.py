@@ -4,8 +4,11 @@ Theory of operation (Kafka's UnifiedLog.truncateTo / truncateFullyAndStartAt): a
 deletes later segments last first (so a failure leaves a whole, shorter log), cuts the
 segment holding the offset at a batch boundary, and brings down everything that names
 offsets: segment bases, the recovery point, the log start, the high watermark, the
-compactor's memo, producer state and the leader epoch cache. A mixin of PartitionLog,
-kept apart because only replication truncates.
+compactor's memo, producer and transaction state (reloaded from the latest producer
+snapshot left and the batches after it, Kafka's truncateAndReload: a transaction whose
+marker was cut is open again, an aborted-index entry whose marker was cut is gone) and
+the leader epoch cache. A mixin of PartitionLog, kept apart because only replication
+truncates.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import logging
 
 from .errors import storage_error
-from .producer_state import ProducerState
 from .segment import Segment
 
 log = logging.getLogger("odradek.log.partition")
@@ -87,7 +89,7 @@ class Truncation:
         self._hw = offset
         self._unflushed_messages = 0
         self.cleaner_state = None
-        self.producers = ProducerState()
+        self._reset_transactions()  # no producer state, no snapshot left (transactions.py)
         self._forget_epoch_file()
         self.epochs.clear()  # Kafka's clearAndFlush
 
@@ -114,14 +116,9 @@ class Truncation:
         self._hw = min(self._hw, leo) if self._replicated else leo
         if isinstance(self.cleaner_state, int) and self.cleaner_state > leo:
             self.cleaner_state = active.base_offset  # the compactor's next pass starts no later
-        # Producer state (Kafka's truncateAndReload, without its snapshots): forget what was
-        # cut; a producer with nothing left is looked for in the active segment, as when
-        # the log is opened (producer_state.py).
-        emptied = self.producers.truncate(leo)
-        if emptied:
-            for h in active.headers():
-                if h.producer_id in emptied:
-                    self.producers.update(h)
+        # Producer and transaction state (Kafka's truncateAndReload): snapshots past the new
+        # end go, and the state is replayed from the latest one left (transactions.py).
+        self._load_transactions()
         self._forget_epoch_file()
         self.epochs.truncate_from_end(leo)
 

@@ -11,6 +11,13 @@ are masked out (a compressed batch can start before `start`). An offset that
 is out of range (deleted by retention while the query ran) fails the task when
 `failOnDataLoss` is true, and otherwise skips ahead with a warning naming the partition and
 the offsets lost.
+
+Isolation (KIP-98): with read_committed (the default, `kafka.isolation.level`) every Fetch
+asks for isolation level 1, so the broker returns the log only up to the last stable offset,
+which is also where the driver ends the range; the batches of aborted transactions the
+answer lists are cut out (`drop_aborted`, the consumer's `aborted.AbortedTransactions`)
+before the columns are built, and control batches never become rows. Both still move the
+position past them.
 """
 
 from __future__ import annotations
@@ -24,12 +31,15 @@ import pyarrow as pa
 from kio.schema.errors import ErrorCode
 
 from odradek.client import KafkaError, TopicPartition
+from odradek.client.aborted import AbortedTransactions
 from odradek.client.fetcher import fetch_body
 from odradek.client.net import Client
 from odradek.client.offsets import EARLIEST, LATEST, list_offsets
 from odradek.client.sync import loop, run
 from odradek.client.versions import Api
 from odradek.records.batch import iter_headers
+from odradek.records.codec import CodecError
+from odradek.records.control import ABORT, COMMIT, decode_marker
 
 from .columnar import to_arrow
 
@@ -44,17 +54,20 @@ class _PartitionFetcher:
     """Fetch requests for one partition through the client's connections (on the sync
     facade's loop thread); decoding stays on the calling (Spark worker) thread."""
 
-    def __init__(self, bootstrap: str, tp: TopicPartition) -> None:
+    def __init__(self, bootstrap: str, tp: TopicPartition, isolation_level: int = 1) -> None:
         self.tp = tp
+        self.isolation_level = isolation_level
         self.client = run(_make_client(bootstrap))
 
-    async def fetch(self, offset: int, max_bytes: int) -> tuple[bytes | None, int] | None:
-        """(records, high watermark); None when `offset` is out of range. Other partition
-        errors raise KafkaError (retriable ones are retried by the caller)."""
+    async def fetch(self, offset: int, max_bytes: int) -> tuple[bytes | None, int, list] | None:
+        """(records, end of the readable log, aborted transactions); None when `offset` is
+        out of range. The end is the last stable offset for read_committed, else the high
+        watermark. Other partition errors raise KafkaError (retriable ones are retried by
+        the caller)."""
         tp, client = self.tp, self.client
         node = await client.leader_for(tp)
         body = fetch_body({tp: offset}, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
-                          partition_max_bytes=max_bytes)
+                          partition_max_bytes=max_bytes, isolation_level=self.isolation_level)
         resp = await client.send(node, Api.FETCH, body)
         for t in resp.responses:
             for p in t.partitions:
@@ -63,7 +76,12 @@ class _PartitionFetcher:
                         return None
                     if p.error_code != ErrorCode.none:
                         raise KafkaError(p.error_code, f"Fetch {tp} at {offset}")
-                    return p.records, int(p.high_watermark)
+                    end = int(p.high_watermark)
+                    if self.isolation_level == 1:
+                        lso = int(getattr(p, "last_stable_offset", -1))
+                        end = lso if lso >= 0 else end
+                        return p.records, end, list(p.aborted_transactions or ())
+                    return p.records, end, []
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Fetch {tp}: no answer for the partition")
 
     def submit(self, offset: int, max_bytes: int):
@@ -78,10 +96,10 @@ async def _make_client(bootstrap: str) -> Client:
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *, fail_on_data_loss: bool,
-               include_headers: bool, max_bytes: int = 4 << 20, stall_timeout: float = 60.0
-               ) -> Iterator[pa.RecordBatch]:
+               include_headers: bool, max_bytes: int = 4 << 20, stall_timeout: float = 60.0,
+               isolation_level: int = 1) -> Iterator[pa.RecordBatch]:
     tp = TopicPartition(topic, partition)
-    fetcher = _PartitionFetcher(bootstrap, tp)
+    fetcher = _PartitionFetcher(bootstrap, tp, isolation_level)
     try:
         position = start
         progress_at = time.monotonic()
@@ -100,12 +118,12 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                 continue
             if answer is None:  # out of range: the log's bounds now (a Fetch error need not carry them)
                 bounds = run(list_offsets(fetcher.client, {tp: EARLIEST}))[tp].offset, \
-                    run(list_offsets(fetcher.client, {tp: LATEST}))[tp].offset
+                    run(list_offsets(fetcher.client, {tp: LATEST}, isolation_level=isolation_level))[tp].offset
                 position = _skip_lost(tp, position, end, *bounds, fail_on_data_loss)
                 if position < end:
                     pending = fetcher.submit(position, max_bytes)
                 continue
-            data, high_watermark = answer
+            data, high_watermark, aborted = answer
             failures = 0
             # Where the next fetch starts (after the last complete batch), so it is in
             # flight while this one is decoded.
@@ -115,6 +133,8 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
             if next_position < end:
                 pending = fetcher.submit(next_position, max_bytes)
             if next_position > position:
+                if aborted:
+                    data = drop_aborted(data, aborted)
                 batch = to_arrow(data, topic, partition, position, end, include_headers)
                 if batch is not None and batch.num_rows:
                     yield batch
@@ -128,6 +148,36 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                 raise DataLossError(message + (" (records were removed)" if high_watermark < end else ""))
     finally:
         fetcher.close()
+
+
+def drop_aborted(data: bytes, aborted) -> bytes:
+    """`data` without the batches of aborted transactions (read_committed; see
+    `aborted.AbortedTransactions`); the same bytes when none is dropped. Control batches
+    stay (to_arrow skips them) and so does a trailing partial batch."""
+    txns = AbortedTransactions(aborted)
+    view = memoryview(data)
+    keep: list = []
+    cut = False
+    end = 0
+    for h in iter_headers(data):
+        piece = view[h.position:h.position + h.size]
+        end = h.position + h.size
+        if txns.skip(h, lambda piece=piece, h=h: _marker_type(piece, h)):
+            cut = True
+        else:
+            keep.append(piece)
+    if not cut:
+        return data
+    keep.append(view[end:])  # a partial batch cut by max_bytes, as it came
+    return b"".join(keep)
+
+
+def _marker_type(piece, h) -> int | None:
+    try:
+        m = decode_marker(piece, h)
+    except CodecError:
+        return None
+    return None if m is None else (COMMIT if m.commit else ABORT)
 
 
 def _skip_lost(tp: TopicPartition, position: int, end: int, log_start: int, log_end: int, fail: bool) -> int:

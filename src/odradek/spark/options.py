@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from .offsets import OffsetSpec, parse_offset_spec
 
 SUBSCRIBE_KEYS = ("subscribe", "subscribepattern", "assign")
+# kafka.isolation.level -> the Fetch/ListOffsets isolation_level (KIP-98).
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
 def _truthy(value: str | None, default: bool, key: str) -> bool:
@@ -54,6 +56,11 @@ class SourceOptions:
     include_headers: bool = False
     group_id: str | None = None
     group_id_prefix: str = "spark-kafka-source"
+    # Spark's own Kafka source passes kafka.isolation.level to a Java consumer, whose
+    # default is read_uncommitted; this source defaults to read_committed (issue 19), as
+    # librdkafka and odradek's consumer do: ranges end at the last stable offset and
+    # records of aborted transactions are never rows.
+    isolation_level: int = ISOLATION_LEVELS["read_committed"]
 
 
 def _lower(options) -> dict[str, str]:
@@ -114,6 +121,12 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     opts.include_headers = _truthy(o.get("includeheaders"), False, "includeHeaders")
     opts.group_id = o.get("kafka.group.id")
     opts.group_id_prefix = o.get("groupidprefix", opts.group_id_prefix)
+    level = o.get("kafka.isolation.level")
+    if level is not None:
+        if level.strip().lower() not in ISOLATION_LEVELS:
+            raise ValueError(f"option kafka.isolation.level must be read_committed or read_uncommitted, "
+                             f"not {level!r}")
+        opts.isolation_level = ISOLATION_LEVELS[level.strip().lower()]
     return opts
 
 

@@ -16,6 +16,11 @@ it has not (4.0/4.1). After Spark commits a batch, its end offsets are committed
 consumer group (`kafka.group.id`, or `groupIdPrefix` + a per-query uuid) as a simple
 (membership-free) commit, so `odradek groups describe` shows the pipeline's lag; the
 checkpoint stays the source of truth.
+
+Isolation (`kafka.isolation.level`, read_committed by default, unlike Spark's own Kafka
+source): "latest" offsets come from ListOffsets with isolation level 1, so a range ends at
+the last stable offset and never inside an open transaction, and the executors read with
+the same level, dropping aborted records (`fetch`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from pyspark.sql.datasource import (
 )
 
 from odradek.client import Admin, KafkaError, TopicPartition
+from odradek.client.offsets import list_offsets
+from odradek.client.sync import run
 
 from . import offsets as OFF
 from .arrow import ddl
@@ -59,16 +66,18 @@ log = logging.getLogger("odradek.spark")
 
 class RangePartition(InputPartition):
     def __init__(self, bootstrap: str, topic: str, partition: int, start: int, end: int, fail_on_data_loss: bool,
-                 include_headers: bool) -> None:
+                 include_headers: bool, isolation_level: int = 1) -> None:
         super().__init__((topic, partition, start, end))
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
         self.start, self.end = start, end
         self.fail_on_data_loss, self.include_headers = fail_on_data_loss, include_headers
+        self.isolation_level = isolation_level
 
 
 def _read(p: RangePartition):
     yield from read_range(p.bootstrap, p.topic, p.partition, p.start, p.end,
-                          fail_on_data_loss=p.fail_on_data_loss, include_headers=p.include_headers)
+                          fail_on_data_loss=p.fail_on_data_loss, include_headers=p.include_headers,
+                          isolation_level=p.isolation_level)
 
 
 class _BrokerView:
@@ -113,10 +122,15 @@ class _BrokerView:
         topics = [t for t in self.admin.list_topics() if pattern.fullmatch(t)]
         return sorted(self.admin.partitions_of(topics)) if topics else []
 
+    def list_offsets(self, specs: dict[TopicPartition, int]):
+        """ListOffsets with the query's isolation level: "latest" is the last stable offset
+        for read_committed (the Admin's own list_offsets asks read_uncommitted)."""
+        return run(list_offsets(self.admin.client, specs, isolation_level=self.o.isolation_level))
+
     def offsets(self, tps: list[TopicPartition], which: int) -> OFF.Offsets:
         if not tps:
             return {}
-        found = self.admin.list_offsets({tp: which for tp in tps})
+        found = self.list_offsets({tp: which for tp in tps})
         out: OFF.Offsets = {}
         for tp, ot in found.items():
             out.setdefault(tp.topic, {})[tp.partition] = ot.offset
@@ -132,7 +146,7 @@ class _BrokerView:
             missing = [str(tp) for tp, ts in stamps.items() if ts is None]
             if missing:
                 raise ValueError(f"startingOffsetsByTimestamp has no timestamp for {', '.join(missing)}")
-            found = self.admin.list_offsets(stamps)
+            found = self.list_offsets(stamps)
             latest = self.offsets(tps, OFF.LATEST)
             out: OFF.Offsets = {}
             for tp in tps:  # no record at or after the timestamp: start at the end
@@ -165,7 +179,7 @@ class _BrokerView:
 
 def _partitions(o: SourceOptions, start: OFF.Offsets, end: OFF.Offsets) -> list[RangePartition]:
     return [RangePartition(o.bootstrap, r.topic, r.partition, r.start, r.end, o.fail_on_data_loss,
-                           o.include_headers)
+                           o.include_headers, o.isolation_level)
             for r in OFF.ranges(start, end, o.min_partitions)]
 
 

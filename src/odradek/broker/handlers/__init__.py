@@ -18,4 +18,6 @@ from . import (  # noqa: F401
     produce,
     producer_id,
     topics,
+    transactions,
+    txn_offsets,
 )

@@ -19,6 +19,15 @@ fetch is answered at once when the high watermark moved since its previous answe
 followers serving consumers are not a replica.fetch.wait.max.ms behind (the seed's
 "needless delay").
 
+Transactions (KIP-98, Kafka's FetchIsolation): a consumer fetching with isolation_level 1
+(READ_COMMITTED) reads up to the last stable offset instead of the high watermark, and
+gets `aborted_transactions`, the (producer id, first offset) of every aborted transaction
+overlapping the records returned (an empty list when none are), so it can drop their
+records; READ_UNCOMMITTED gets null there, as Kafka answers. `last_stable_offset` is the
+partition's LSO whatever the isolation level. A parked read_committed fetch re-reads
+when the partition changes, which includes a marker moving the LSO (an append) and the
+high watermark passing one. Followers read to the log end regardless.
+
 Sessions: odradek does not create incremental fetch sessions (an empty session is what
 the issue allows for now): a request with session id 0 is a full fetch and the response
 says session id 0, which tells clients no session exists, so they keep sending full
@@ -43,6 +52,7 @@ from ...protocol.errors import (
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...records.batch import iter_headers
 from ...replication.follower import OffsetOutOfRange as CannotPlaceFetch
 from ...replication.follower import diverging_epoch
 from ...replication.selector import NO_PREFERENCE, ClientMetadata
@@ -53,16 +63,18 @@ ZERO_UUID = uuid.UUID(int=0)
 UNSUPPORTED_COMPRESSION_TYPE = ErrorCode.unsupported_compression_type
 ZSTD_FETCH_VERSION = 10  # KIP-110: the first Fetch version whose clients read zstd
 CLIENT_METADATA_VERSION = 11  # KIP-392: rack_id in the request, preferred_read_replica in the answer
+READ_COMMITTED = 1
 
 
-def _partition(index, code, hw=-1, log_start=-1, records=b"", preferred_read_replica=NO_PREFERENCE, **extra):
+def _partition(index, code, hw=-1, log_start=-1, records=b"", preferred_read_replica=NO_PREFERENCE, lso=None,
+               aborted=None, **extra):
     return {**extra,
         "partition_index": index,
         "error_code": code,
         "high_watermark": hw,
-        "last_stable_offset": hw,
+        "last_stable_offset": hw if lso is None else lso,
         "log_start_offset": log_start,
-        "aborted_transactions": None,
+        "aborted_transactions": aborted,
         "preferred_read_replica": preferred_read_replica,
         "records": records,
     }
@@ -74,6 +86,23 @@ def _resolve(broker, t, by_id: bool):
         return topic, (UNKNOWN_TOPIC_ID if topic is None else NONE)
     topic = broker.metadata.get(t.topic)
     return topic, (UNKNOWN_TOPIC_OR_PARTITION if topic is None else NONE)
+
+
+def _end_of(data: bytes, default: int) -> int:
+    """The offset after the last whole batch of `data` (`default` when there is none):
+    the upper bound of the aborted transactions a read_committed answer names (Kafka's
+    LogSegment.fetchUpperBoundOffset, at batch precision)."""
+    end = default
+    for h in iter_headers(data):
+        end = h.next_offset
+    return end
+
+
+def _aborted(plog, fetch_offset: int, data: bytes) -> list[dict]:
+    if not data:
+        return []  # Kafka answers an empty read with an empty list
+    return [{"producer_id": pid, "first_offset": first}
+            for pid, first in plog.aborted_transactions(fetch_offset, _end_of(data, fetch_offset))]
 
 
 def replica_of(request) -> tuple[int, int]:
@@ -104,6 +133,8 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
     answer_now when a partition's answer must not wait (an error, a preferred read
     replica, a high watermark a follower has not been sent)."""
     replica_id, replica_epoch = replica
+    # KIP-98: a consumer's READ_COMMITTED reads below the last stable offset (followers never).
+    read_committed = replica_id < 0 and int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
     # KIP-392: a consumer naming itself (`client`: Fetch v11+ client metadata) may read from
     # a follower, and the leader may send it to one.
     any_replica = client is not None
@@ -144,7 +175,8 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
                     # Kafka ReplicaManager.readFromLocalLog: with a preferred read replica the
                     # read is skipped; the answer carries the offsets and the replica, at once.
                     parts.append(_partition(p.partition, NONE, plog.high_watermark, plog.log_start_offset,
-                                            preferred_read_replica=preferred))
+                                            preferred_read_replica=preferred, lso=plog.last_stable_offset,
+                                            aborted=[] if read_committed else None))
                     had_error = True
                     continue
             if replica_id >= 0:
@@ -165,12 +197,17 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
                     had_error = True
                     continue
             limit = min(p.partition_max_bytes, max(budget - total, 0))
-            # Consumers read committed data only: up to the high watermark.
-            bound = None if replica_id >= 0 or not plog.replicated else plog.high_watermark
+            # Consumers read committed data only: up to the high watermark, or with
+            # READ_COMMITTED up to the last stable offset (Kafka's FetchIsolation.TXN_COMMITTED).
+            if read_committed:
+                bound = plog.last_stable_offset
+            else:
+                bound = None if replica_id >= 0 or not plog.replicated else plog.high_watermark
             try:
                 # KIP-74: the first partition with data returns at least one whole batch,
                 # even past max_bytes, so a large batch can never block a consumer.
                 result = plog.read(p.fetch_offset, limit, min_one=first_data, max_offset=bound)
+                aborted = _aborted(plog, p.fetch_offset, result.data) if read_committed else None
             except OffsetOutOfRange:
                 parts.append(_partition(p.partition, OFFSET_OUT_OF_RANGE, plog.high_watermark, plog.log_start_offset))
                 had_error = True
@@ -204,7 +241,8 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
             if result.data:
                 first_data = False
                 total += len(result.data)
-            parts.append(_partition(p.partition, NONE, hw, result.log_start_offset, result.data))
+            parts.append(_partition(p.partition, NONE, hw, result.log_start_offset, result.data,
+                                    lso=min(plog.last_stable_offset, hw), aborted=aborted))
         responses.append({"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", ZERO_UUID), "partitions": parts})
     return responses, total, had_error
 

@@ -4,21 +4,20 @@ The coordinator of a group is the leader of its `__consumer_offsets` partition (
 GroupCoordinator.partitionFor): on a single broker, this node; in a cluster, whichever
 broker leads it now, or COORDINATOR_NOT_AVAILABLE while it has no leader, or while this
 broker's cluster lease may have expired (its view may be stale; it would name itself, and
-then refuse the group with NOT_COORDINATOR, broker/coordinator.py). Transactions are not
-implemented: transaction keys get TRANSACTIONAL_ID_AUTHORIZATION_FAILED (non-retriable) as
-InitProducerId does.
+then refuse the group with NOT_COORDINATOR, broker/coordinator.py). The coordinator of a
+transactional id is likewise the leader of its `__transaction_state` partition (Kafka's
+TransactionStateManager.partitionFor), a topic created by the first such lookup.
 """
 
 from __future__ import annotations
 
 import logging
 
-from ...cluster.names import CONSUMER_OFFSETS
+from ...cluster.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 from ...protocol.errors import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_REQUEST,
     NONE,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
 from ..registry import api
 
@@ -28,22 +27,20 @@ log = logging.getLogger(__name__)
 
 def _lookup(broker, key: str, key_type: int) -> dict:
     host, port = broker.config.advertised
-    if key_type == TRANSACTION_KEY:
-        return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "error_message": "odradek does not implement transactions"}
-    if key_type != GROUP_KEY:
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
                 "error_message": f"unknown key type {key_type}"}
     if not key:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
-                "error_message": "group id is empty"}
-    coordinator = broker.coordinator
+                "error_message": "group id is empty" if key_type == GROUP_KEY else "transactional id is empty"}
+    coordinator = broker.coordinator if key_type == GROUP_KEY else broker.txn_coordinator
+    topic = CONSUMER_OFFSETS if key_type == GROUP_KEY else TRANSACTION_STATE
     state = None
     if coordinator is not None:
-        state = broker.replicas.state(CONSUMER_OFFSETS, coordinator.runtime.partition_for(key))
-    if broker.metadata.get(CONSUMER_OFFSETS) is None and not broker.metadata.single_node:
+        state = broker.replicas.state(topic, coordinator.runtime.partition_for(key))
+    if broker.metadata.get(topic) is None and not broker.metadata.single_node:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
-                "error_message": f"{CONSUMER_OFFSETS} is not created yet"}
+                "error_message": f"{topic} is not created yet"}
     if not broker.metadata.lease_current():
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
                 "error_message": "this broker's view of the cluster may be stale; ask another broker"}
@@ -53,7 +50,7 @@ def _lookup(broker, key: str, key_type: int) -> dict:
     leader = broker.replicas.image.brokers.get(state.leader)
     if leader is None:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
-                "error_message": "the group's __consumer_offsets partition has no leader"}
+                "error_message": f"the {topic} partition of {key!r} has no leader"}
     return {"key": key, "node_id": leader.node_id, "host": leader.host, "port": leader.port, "error_code": NONE,
             "error_message": None}
 
@@ -69,6 +66,12 @@ async def find_coordinator(broker, request):
             await broker.coordinator.ensure_topic()
         except Exception as exc:  # noqa: BLE001 - the lookups answer COORDINATOR_NOT_AVAILABLE
             log.warning("could not create %s: %s", CONSUMER_OFFSETS, exc)
+    if key_type == TRANSACTION_KEY and broker.txn_coordinator is not None \
+            and broker.metadata.get(TRANSACTION_STATE) is None:
+        try:
+            await broker.txn_coordinator.ensure_topic()
+        except Exception as exc:  # noqa: BLE001 - the lookups answer COORDINATOR_NOT_AVAILABLE
+            log.warning("could not create %s: %s", TRANSACTION_STATE, exc)
     if request.api_version >= 4:
         return {"throttle_time": 0, "coordinators": [_lookup(broker, k, key_type) for k in body.coordinator_keys]}
     one = _lookup(broker, body.key, key_type)

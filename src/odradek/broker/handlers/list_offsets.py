@@ -2,7 +2,10 @@
 
 Earliest is the log start offset (moved by DeleteRecords or retention), as Kafka's
 UnifiedLog.fetchOffsetByTimestamp answers EARLIEST_TIMESTAMP; latest is the high
-watermark. In a cluster only the leader answers (Kafka's Partition.fetchOffsetForTimestamp
+watermark, or with isolation_level 1 (READ_COMMITTED, v2+) the last stable offset
+(KIP-98). As in Kafka's Partition.fetchOffsetForTimestamp, a timestamp lookup (and the
+max timestamp) answers only an offset below that same bound, none otherwise. In a
+cluster only the leader answers (Kafka's Partition.fetchOffsetForTimestamp
 with fetchOnlyFromLeader), after the `current_leader_epoch` check (v4+), and a new leader
 whose high watermark has not yet reached the start of its epoch answers
 OFFSET_NOT_AVAILABLE (KIP-207): until then it cannot tell what is committed."""
@@ -26,20 +29,28 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3  # KIP-734
 EARLIEST_LOCAL = -4  # KIP-405; without tiered storage the local log is the whole log
 LATEST_TIERED = -5  # KIP-1005; nothing is tiered here
+READ_COMMITTED = 1  # isolation_level (v2+)
 
 
 def _records(plog, seg, h):
     return decode_batches(plog.batch_bytes(seg, h))[0].records
 
 
-def lookup(plog, timestamp: int) -> tuple[int, int]:
+def lookup(plog, timestamp: int, isolation_level: int = 0) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets query; (-1, -1) when there is none."""
+    # Kafka's lastFetchableOffset: what a consumer of this isolation level may read.
+    bound = plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, bound
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
     if timestamp == LATEST_TIERED:
         return -1, -1
+    ts, offset = _search(plog, timestamp)
+    return (ts, offset) if offset < bound else (-1, -1)
+
+
+def _search(plog, timestamp: int) -> tuple[int, int]:
     if timestamp == MAX_TIMESTAMP:
         found = plog.max_timestamp_batch()
         if found is None:
@@ -94,7 +105,7 @@ async def list_offsets(broker, request):
                 if plog is None:
                     parts.append({**error, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
                     continue
-                ts, offset = lookup(plog, p.timestamp)
+                ts, offset = lookup(plog, p.timestamp, int(getattr(request.body, "isolation_level", 0)))
             except NotServable as exc:
                 parts.append({**error, "error_code": exc.code})
                 continue

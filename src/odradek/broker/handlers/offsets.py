@@ -2,7 +2,8 @@
 
 Topic ids (OffsetCommit/OffsetFetch v10) are resolved to names here: offsets are keyed by
 topic name in `__consumer_offsets`, as in Kafka. The fencing rules are in
-`odradek.coordinator.offsets`.
+`odradek.coordinator.offsets`. OffsetFetch v7+ passes require_stable on (KIP-447:
+UNSTABLE_OFFSET_COMMIT for partitions a transaction may still move).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def offset_commit(broker, request):
     return answer(deferred, lambda code: shape(every_partition(code)), lambda response: shape(response["topics"]))
 
 
-def _fetch_one(broker, group_id, topics, member_id=None, member_epoch=-1, by_id=False):
+def _fetch_one(broker, group_id, topics, member_id=None, member_epoch=-1, by_id=False, require_stable=False):
     """`topics`: kio request topics (name or topic_id + partition_indexes) or None for all."""
     try:
         shard = broker.coordinator.runtime.read(group_id)
@@ -80,7 +81,7 @@ def _fetch_one(broker, group_id, topics, member_id=None, member_epoch=-1, by_id=
                 wanted.append((topic.name, list(t.partition_indexes)))
             else:
                 wanted.append((t.name, list(t.partition_indexes)))
-    result = O.fetch_group(shard, group_id, wanted, member_id, member_epoch)
+    result = O.fetch_group(shard, group_id, wanted, member_id, member_epoch, require_stable)
     for t in result["topics"]:
         topic = broker.metadata.get(t["name"])
         t["topic_id"] = id_of.get(t["name"]) or (topic.topic_id if topic else None)
@@ -97,14 +98,16 @@ def _fetch_one(broker, group_id, topics, member_id=None, member_epoch=-1, by_id=
 def offset_fetch(broker, request):
     b = request.body
     v = request.api_version
+    stable = bool(request.field("require_stable", False))  # v7+
     if v >= 8:
         groups = []
         for g in b.groups:
             member_id = getattr(g, "member_id", None)
             epoch = getattr(g, "member_epoch", -1)
-            groups.append(_fetch_one(broker, g.group_id, g.topics, member_id, epoch, by_id=v >= 10))
+            groups.append(_fetch_one(broker, g.group_id, g.topics, member_id, epoch, by_id=v >= 10,
+                                     require_stable=stable))
         return {"throttle_time": 0, "groups": groups}
-    one = _fetch_one(broker, b.group_id, b.topics)
+    one = _fetch_one(broker, b.group_id, b.topics, require_stable=stable)
     return {"throttle_time": 0, "error_code": one["error_code"], "topics": one["topics"]}
 
 
