@@ -44,13 +44,12 @@ The runtime is synchronous and touches no socket or clock: callers pass `now_ms`
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import gc
 import logging
 from collections.abc import Callable, Iterable
 
-from ..protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+from ..protocol.errors import NOT_COORDINATOR
 from .classic.join import leaves_partitions_unowned
 from .classic.model import ClassicState
 from .classic.rebalance import (
@@ -62,6 +61,7 @@ from .classic.rebalance import (
 from .config import CoordinatorConfig
 from .consumer.heartbeat import assign_if_needed, refresh_metadata
 from .deferred import Deferred, DeferredQueue
+from .elections import SHARD_TRANSITIONS, ShardElections, ShardEvent, ShardState  # noqa: F401 (re-exported)
 from .dispatch import arm_member_timers
 from .errors import CoordinatorUnavailable, error_code_for
 from .image import MetadataImage
@@ -90,41 +90,6 @@ def discarding_writer() -> Writer:
     return write
 Reader = Callable[[int], Iterable[tuple[bytes | None, bytes | None]]]
 
-
-class ShardState(enum.Enum):
-    LOADING = "loading"
-    ACTIVE = "active"
-    FAILED = "failed"
-    CLOSED = "closed"
-
-
-class ShardEvent(enum.Enum):
-    ELECT = "elect"  # this broker became the partition's leader (coordinator)
-    LOADED = "loaded"
-    LOAD_FAILED = "load-failed"
-    RESIGN = "resign"  # it no longer is
-
-
-# Kafka's CoordinatorRuntime.CoordinatorState moves, keyed by input (h11 style). An
-# election of a shard already loading or loaded only raises its epoch (no entry needed:
-# `on_election` does not reload it); an input with no entry is a bug.
-SHARD_TRANSITIONS: dict[tuple[ShardState | None, ShardEvent], ShardState] = {
-    (None, ShardEvent.ELECT): ShardState.LOADING,
-    (ShardState.CLOSED, ShardEvent.ELECT): ShardState.LOADING,
-    (ShardState.FAILED, ShardEvent.ELECT): ShardState.LOADING,
-    (ShardState.LOADING, ShardEvent.LOADED): ShardState.ACTIVE,
-    (ShardState.LOADING, ShardEvent.LOAD_FAILED): ShardState.FAILED,
-    (ShardState.ACTIVE, ShardEvent.LOAD_FAILED): ShardState.FAILED,  # a reload (the revert) failed
-    (ShardState.LOADING, ShardEvent.RESIGN): ShardState.CLOSED,
-    (ShardState.ACTIVE, ShardEvent.RESIGN): ShardState.CLOSED,
-    (ShardState.FAILED, ShardEvent.RESIGN): ShardState.CLOSED,
-    (None, ShardEvent.RESIGN): ShardState.CLOSED,
-    (ShardState.CLOSED, ShardEvent.RESIGN): ShardState.CLOSED,
-}
-
-# Why a request for a shard in this state is refused (Kafka's activeContextOrThrow).
-_REFUSAL = {None: NOT_COORDINATOR, ShardState.CLOSED: NOT_COORDINATOR, ShardState.FAILED: NOT_COORDINATOR,
-            ShardState.LOADING: COORDINATOR_LOAD_IN_PROGRESS}
 
 # Fields a failed classic answer must not carry (a SyncGroup's assignment, a leader's member list).
 _EMPTY_ON_ERROR = {"assignment": b"", "members": []}
@@ -185,7 +150,7 @@ def partition_for(group_id: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
-class CoordinatorRuntime:
+class CoordinatorRuntime(ShardElections):
     def __init__(
         self,
         config: CoordinatorConfig,
@@ -198,6 +163,7 @@ class CoordinatorRuntime:
         serving: Callable[[], bool] = lambda: True,
         write_timeout_ms: int = 5_000,
     ) -> None:
+        super().__init__()
         self.config = config
         self.writer = writer
         self.reader = reader
@@ -212,13 +178,10 @@ class CoordinatorRuntime:
         self.serving = serving
         self._refresh_pending = False  # the image changed while not serving: groups not refreshed yet
         self.write_timeout_ms = write_timeout_ms
-        # partition -> since when (ms) answers have waited for its committed offset to move
-        self._stalled: dict[int, int] = {}
         self.image = image or MetadataImage()
         self.new_member_id = new_member_id
         self.group_overrides = group_overrides
         self.shards: dict[int, Shard] = {}  # the active ones
-        self.states: dict[int, tuple[ShardState, int]] = {}  # partition -> (state, epoch)
         self.deferred: dict[int, DeferredQueue] = {}
         self.records_written = 0
         self.write_failures = 0
@@ -231,31 +194,9 @@ class CoordinatorRuntime:
     def shard_for(self, group_id: str) -> Shard | None:
         return self.shards.get(self.partition_for(group_id))
 
-    def state_of(self, partition: int) -> ShardState | None:
-        entry = self.states.get(partition)
-        return entry[0] if entry else None
-
-    def _move(self, partition: int, event: ShardEvent, epoch: int | None = None) -> ShardState:
-        state, old_epoch = self.states.get(partition, (None, -1))
-        new = SHARD_TRANSITIONS.get((state, event))
-        assert new is not None, f"coordinator shard {partition}: no move for {event.value} in {state}"
-        self.states[partition] = (new, old_epoch if epoch is None else epoch)
-        return new
-
     def active_shard(self, group_id: str) -> Shard:
         """The group's shard, or CoordinatorUnavailable saying why it cannot be served here."""
         return self.active_shard_at(self.partition_for(group_id), f" of group {group_id}")
-
-    def active_shard_at(self, partition: int, what: str = "") -> Shard:
-        """The shard of `partition`, or CoordinatorUnavailable saying why it cannot be served here."""
-        shard = self.shards.get(partition)
-        if shard is not None and not self.serving():
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"partition {partition}{what}: this node "
-                                                          "cannot be sure it still leads it")
-        if shard is None:
-            code = _REFUSAL[self.state_of(partition)]
-            raise CoordinatorUnavailable(code, f"partition {partition}{what}: {code.name}")
-        return shard
 
     def new_shard(self, partition: int) -> Shard:
         return Shard(partition, self.config, self.image, Timer(), self.new_member_id, self.group_overrides)
@@ -270,21 +211,6 @@ class CoordinatorRuntime:
             return self.state_of(partition) is ShardState.ACTIVE
         assert self.reader is not None, "on_election needs a reader"
         return self.finish_election(partition, epoch, lambda: self.reader(partition), now_ms)
-
-    def begin_election(self, partition: int, epoch: int) -> bool:
-        """The first half of `on_election`, for a driver that reads the log off its event
-        loop: the shard is LOADING (its requests get COORDINATOR_LOAD_IN_PROGRESS, as
-        Kafka's runtime answers while it loads) until `finish_election`. False when there
-        is nothing to load: a stale epoch, or a shard already loading or loaded here (only
-        its epoch moves)."""
-        state, current = self.states.get(partition, (None, -1))
-        if epoch < current or (epoch == current and state in (ShardState.LOADING, ShardState.ACTIVE)):
-            return False
-        if state in (ShardState.LOADING, ShardState.ACTIVE):
-            self.states[partition] = (state, epoch)  # already ours: only the epoch moves
-            return False
-        self._move(partition, ShardEvent.ELECT, epoch)
-        return True
 
     def finish_election(self, partition: int, epoch: int,
                         read: Callable[[], Iterable[tuple[bytes | None, bytes | None]]], now_ms: int) -> bool:
@@ -488,10 +414,6 @@ class CoordinatorRuntime:
         if records and self._commits_on_write(shard.partition):
             self.complete_up_to(shard.partition, shard.last_written_offset)
 
-    def _commits_on_write(self, partition: int) -> bool:
-        c = self.commit_on_write
-        return c if isinstance(c, bool) else c(partition)
-
     def _defer(self, shard: Shard, on_commit: Callable[[], None], on_fail: Callable[[BaseException], None]) -> None:
         if shard.last_written_offset <= shard.last_committed_offset:
             on_commit()
@@ -526,31 +448,6 @@ class CoordinatorRuntime:
         shard.last_committed_offset = min(shard.last_written_offset, high_watermark - 1)
         if shard.last_committed_offset < shard.last_written_offset:
             self._stalled.setdefault(partition, now_ms)
-
-    def fail_stalled_writes(self, now_ms: int) -> list[tuple[int, int]]:
-        """Kafka's write timeout: REQUEST_TIMED_OUT, which GroupCoordinatorService answers
-        as COORDINATOR_NOT_AVAILABLE, for every answer of a partition whose committed offset
-        has not moved for `write_timeout_ms`. Runs whether or not the node is serving (a
-        zombie's waiting answers time out too). Returns (partition, ms waited) of each that
-        timed out, for the driver to report."""
-        failed = []
-        for partition, since in sorted(self._stalled.items()):
-            shard = self.shards.get(partition)
-            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
-                del self._stalled[partition]
-            elif now_ms - since >= self.write_timeout_ms:
-                del self._stalled[partition]
-                self.fail_waiting(partition, CoordinatorUnavailable(
-                    COORDINATOR_NOT_AVAILABLE, f"__consumer_offsets-{partition}: write not committed in time"))
-                failed.append((partition, now_ms - since))
-        return failed
-
-    def fail_waiting(self, partition: int, error: BaseException) -> None:
-        """Fail every answer waiting for `partition`'s records to commit (the driver's write
-        timeout). The shard is not reverted: its records are in the log and may commit."""
-        queue = self.deferred.get(partition)
-        if queue is not None:
-            queue.fail_all(error)
 
     def _apply(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
         """Run `op` and what it chains (Then), writing each step; the final response."""

@@ -33,10 +33,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from ..cluster.names import TRANSACTION_STATE
 from ..coordinator.deferred import Deferred, DeferredQueue
+from ..coordinator.elections import ShardElections, ShardEvent, ShardState
 from ..coordinator.errors import CoordinatorUnavailable
-from ..coordinator.runtime import SHARD_TRANSITIONS, ShardEvent, ShardState, partition_for
-from ..protocol.errors import COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+from ..coordinator.runtime import partition_for
+from ..protocol.errors import NOT_COORDINATOR
 from . import coordinator as C
 from .model import TxnState
 from .records import decode
@@ -47,14 +49,13 @@ Writer = Callable[[int, list[C.TxnRecord], int], int]
 Reader = Callable[[int], Iterable[tuple[bytes | None, bytes | None]]]
 SendMarkers = Callable[[int, int, C.MarkerJob], None]
 
-_REFUSAL = {None: NOT_COORDINATOR, ShardState.CLOSED: NOT_COORDINATOR, ShardState.FAILED: NOT_COORDINATOR,
-            ShardState.LOADING: COORDINATOR_LOAD_IN_PROGRESS}
 
-
-class TxnRuntime:
+class TxnRuntime(ShardElections):
+    log_topic = TRANSACTION_STATE
     def __init__(self, config: C.TxnConfig, writer: Writer, send_markers: SendMarkers,
                  reader: Reader | None = None, commit_on_write: bool | Callable[[int], bool] = True,
                  serving: Callable[[], bool] = lambda: True, write_timeout_ms: int = 5_000) -> None:
+        super().__init__()
         self.config = config
         self.writer = writer
         self.send_markers = send_markers
@@ -63,9 +64,7 @@ class TxnRuntime:
         self.serving = serving
         self.write_timeout_ms = write_timeout_ms
         self.shards: dict[int, C.TxnShard] = {}
-        self.states: dict[int, tuple[ShardState, int]] = {}
         self.deferred: dict[int, DeferredQueue] = {}
-        self._stalled: dict[int, int] = {}
         self.markers_in_flight: dict[str, C.MarkerJob] = {}
         # (log end, high watermark) of a partition, for a reload after a failed write
         self.log_bounds: Callable[[int], tuple[int, int | None]] | None = None  # transactional id -> job handed to the driver
@@ -75,39 +74,9 @@ class TxnRuntime:
     def partition_for(self, tid: str) -> int:
         return partition_for(tid, self.config.num_partitions)
 
-    def state_of(self, partition: int) -> ShardState | None:
-        entry = self.states.get(partition)
-        return entry[0] if entry else None
-
-    def epoch_of(self, partition: int) -> int:
-        return self.states.get(partition, (None, -1))[1]
-
-    def _move(self, partition: int, event: ShardEvent, epoch: int | None = None) -> None:
-        state, old = self.states.get(partition, (None, -1))
-        new = SHARD_TRANSITIONS.get((state, event))
-        assert new is not None, f"transaction shard {partition}: no move for {event.value} in {state}"
-        self.states[partition] = (new, old if epoch is None else epoch)
-
     def active_shard(self, tid: str) -> C.TxnShard:
-        partition = self.partition_for(tid)
-        shard = self.shards.get(partition)
-        if shard is not None and not self.serving():
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"transaction state partition {partition}: this node "
-                                                          "cannot be sure it still leads it")
-        if shard is None:
-            code = _REFUSAL[self.state_of(partition)]
-            raise CoordinatorUnavailable(code, f"transaction state partition {partition}: {code.name}")
-        return shard
-
-    def begin_election(self, partition: int, epoch: int) -> bool:
-        state, current = self.states.get(partition, (None, -1))
-        if epoch < current or (epoch == current and state in (ShardState.LOADING, ShardState.ACTIVE)):
-            return False
-        if state in (ShardState.LOADING, ShardState.ACTIVE):
-            self.states[partition] = (state, epoch)
-            return False
-        self._move(partition, ShardEvent.ELECT, epoch)
-        return True
+        """The shard of `tid`, or CoordinatorUnavailable saying why it cannot be served here."""
+        return self.active_shard_at(self.partition_for(tid), f" of transactional id {tid}")
 
     def finish_election(self, partition: int, epoch: int, read: Callable[[], Iterable[tuple]], now_ms: int,
                         log_end: int = 0, high_watermark: int | None = None) -> bool:
@@ -166,10 +135,6 @@ class TxnRuntime:
         return shard is not None
 
     # --- writing ----------------------------------------------------------------------------
-
-    def _commits_on_write(self, partition: int) -> bool:
-        c = self.commit_on_write
-        return c if isinstance(c, bool) else c(partition)
 
     def _defer(self, shard: C.TxnShard, on_commit: Callable[[], None], on_fail: Callable[[BaseException], None]) -> None:
         if shard.last_written_offset <= shard.last_committed_offset:
@@ -257,19 +222,6 @@ class TxnRuntime:
         elif now_ms is not None:
             self._stalled[partition] = now_ms
         return released
-
-    def fail_stalled_writes(self, now_ms: int) -> list[tuple[int, int]]:
-        failed = []
-        for partition, since in sorted(self._stalled.items()):
-            shard = self.shards.get(partition)
-            if shard is None or shard.last_committed_offset >= shard.last_written_offset:
-                del self._stalled[partition]
-            elif now_ms - since >= self.write_timeout_ms:
-                del self._stalled[partition]
-                self.deferred[partition].fail_all(CoordinatorUnavailable(
-                    COORDINATOR_NOT_AVAILABLE, f"__transaction_state-{partition}: write not committed in time"))
-                failed.append((partition, now_ms - since))
-        return failed
 
     # --- timers -----------------------------------------------------------------------------
 
