@@ -526,8 +526,13 @@ def test_exactly_once_across_a_killed_worker_a_replacement_and_a_new_member(tbro
     assert_killed_transaction_aborted(run, stalled, counts)
 
 
-@pytest.mark.parametrize(("protocol", "rejoin"), [("consumer", False), ("consumer", True), ("classic", False)],
-                         ids=["consumer-expired", "consumer-rejoined", "classic-expired"])
+# The KIP-1251 case (a zombie that rejoined commits with its old epoch) runs by default; the
+# two where the zombie's membership simply expired are slow (-m slow): 13 s each.
+@pytest.mark.parametrize(("protocol", "rejoin"), [
+    pytest.param("consumer", False, id="consumer-expired", marks=pytest.mark.slow),
+    pytest.param("consumer", True, id="consumer-rejoined"),
+    pytest.param("classic", False, id="classic-expired", marks=pytest.mark.slow),
+])
 def test_a_zombie_worker_cannot_commit_after_its_partitions_moved(tbroker, tmp_path, protocol, rejoin):
     """KIP-447: the zombie's TxnOffsetCommit carries the member id and member epoch
     (generation) it had before the pause; its partitions have since been assigned to the
