@@ -199,3 +199,16 @@ def test_the_coordinator_aborts_a_timed_out_transaction(b):
     [m] = markers(b, "t", 0)
     assert not m.commit and m.producer_epoch == 1
     assert end(b, "tx", pid, 0, True) == PRODUCER_FENCED
+
+
+def test_end_txn_answers_once_its_markers_are_written(b):
+    """So that a producer starting its next transaction at once is not told
+    CONCURRENT_TRANSACTIONS (and made to back off) while they are being written."""
+    pid = init(b, "tx").producer_id
+    add(b, "tx", pid, 0, [("t", 0), ("t", 1)])
+    produce_txn(b, "t", 0, pid, 0, 0, [b"a"])
+    assert end(b, "tx", pid, 0, True) == NONE
+    # No settling: the answer itself came after the markers and the completion.
+    assert [m.commit for m in markers(b, "t", 0)] == [True] and [m.commit for m in markers(b, "t", 1)] == [True]
+    assert b.broker.txn_coordinator.runtime.active_shard("tx").txns["tx"].state.wire_name == "CompleteCommit"
+    assert add(b, "tx", pid, 0, [("t", 0)]) == {("t", 0): NONE}

@@ -63,6 +63,7 @@ WRITE_TXN_MARKERS = 27
 MARKER_RETRY_MS = 100
 MARKER_TIMEOUT_MS = 30_000  # per attempt: Kafka's request.timeout.ms for the marker channel
 RELOAD_BACKOFF_MS = 5_000
+MARKERS_WAIT_MS = 2_000  # how long EndTxn waits for its markers before answering anyway
 SINGLE_NODE_EPOCH = 0
 
 # Errors that end a marker job: a newer producer epoch or coordinator has decided (Kafka's
@@ -118,6 +119,7 @@ class TxnCoordinator:
         self._creating: asyncio.Future | None = None
         self._connections: dict[int, BrokerConnection] = {}
         self.markers_written = 0
+        self._jobs_done: dict[str, asyncio.Future] = {}  # transactional id -> its marker job finished
 
     # --- the topic ------------------------------------------------------------------------
 
@@ -238,12 +240,43 @@ class TxnCoordinator:
     # --- markers --------------------------------------------------------------------------
 
     def _send_markers(self, partition: int, coordinator_epoch: int, job: MarkerJob) -> None:
-        self.broker.replicas.spawn(self._marker_job(partition, coordinator_epoch, job))
+        try:
+            done = asyncio.get_running_loop().create_future()
+        except RuntimeError:  # no loop (a synchronous test): nothing can be sent anyway
+            done = None
+        if done is not None:
+            self._jobs_done[job.transactional_id] = done
+        self.broker.replicas.spawn(self._marker_job(partition, coordinator_epoch, job, done))
+
+    async def wait_for_markers(self, transactional_id: str, timeout_ms: int = MARKERS_WAIT_MS) -> None:
+        """Wait (at most `timeout_ms`) until the marker job of `transactional_id`'s last
+        decision has finished. EndTxn answers after it: the decision is durable once
+        PrepareCommit/PrepareAbort is committed, as when Kafka answers, but a client that
+        starts its next transaction at once would otherwise meet CONCURRENT_TRANSACTIONS
+        and back off (librdkafka: 20 ms for AddPartitionsToTxn, retry.backoff.ms 100 ms for
+        AddOffsetsToTxn) while the markers are written."""
+        done = self._jobs_done.get(transactional_id)
+        if done is None or done.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(done), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            pass  # markers to a broker that is down: answer anyway, the job goes on
 
     def _still_mine(self, partition: int, coordinator_epoch: int) -> bool:
         return self.runtime.shards.get(partition) is not None and self.runtime.epoch_of(partition) == coordinator_epoch
 
-    async def _marker_job(self, partition: int, coordinator_epoch: int, job: MarkerJob) -> None:
+    async def _marker_job(self, partition: int, coordinator_epoch: int, job: MarkerJob,
+                          done: asyncio.Future | None = None) -> None:
+        try:
+            await self._run_marker_job(partition, coordinator_epoch, job)
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+            if self._jobs_done.get(job.transactional_id) is done:
+                del self._jobs_done[job.transactional_id]
+
+    async def _run_marker_job(self, partition: int, coordinator_epoch: int, job: MarkerJob) -> None:
         marker = Marker(job.producer_id, job.producer_epoch, job.commit, coordinator_epoch)
         todo = set(job.partitions)
         while todo:

@@ -80,12 +80,18 @@ def add_offsets_to_txn(broker, request):
 
 
 @api(26, "EndTxn", 0, 4)
-def end_txn(broker, request):
+async def end_txn(broker, request):
     b = request.body
     op = lambda shard, now: C.end_txn(shard, b.transactional_id, b.producer_id, b.producer_epoch,  # noqa: E731
                                       bool(b.committed), now, old_version=request.api_version < 2)
-    return answer(_submit(broker, b.transactional_id, op), lambda code: {"throttle_time": 0, "error_code": code},
-                  lambda code: {"throttle_time": 0, "error_code": code})
+    result = answer(_submit(broker, b.transactional_id, op), lambda code: {"throttle_time": 0, "error_code": code},
+                    lambda code: {"throttle_time": 0, "error_code": code})
+    response = await result if asyncio.isfuture(result) else result
+    if response["error_code"] == NONE:
+        # The decision is committed; answer once its markers are written too (bounded), so
+        # the producer's next transaction does not start while they are (txn_coordinator.py `wait_for_markers`).
+        await broker.txn_coordinator.wait_for_markers(b.transactional_id)
+    return response
 
 
 @api(27, "WriteTxnMarkers", 1, 2)
