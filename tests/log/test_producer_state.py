@@ -347,3 +347,16 @@ def test_a_damaged_snapshot_is_refused(damage):
     else:
         data[1] = 7
     assert ProducerState.from_snapshot(bytes(data)) is None
+
+
+def test_a_batch_without_a_sequence_still_has_its_epoch_checked():
+    """Kafka's ProducerAppendInfo: the group coordinator's TxnOffsetCommit batches carry the
+    producer id and epoch but no sequence; once a marker bumped the epoch (the coordinator
+    aborted the transaction), a zombie's retried TxnOffsetCommit is refused."""
+    state = ProducerState()
+    accept(state, header(-1, epoch=0))  # no sequence: accepted, the producer is known at epoch 0
+    state.end_transaction(Marker(PID, 1, False, 0), offset=5)
+    with pytest.raises(SequenceError) as e:
+        state.check(header(-1, epoch=0))
+    assert e.value.code == "invalid_producer_epoch"
+    state.check(header(-1, epoch=1))  # the current epoch is fine

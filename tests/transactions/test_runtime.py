@@ -158,3 +158,30 @@ def test_a_failed_write_leaves_nothing_and_the_shard_serves_again():
     rt.writer = good
     assert rt.shards[0].txns["tx"].state is TxnState.EMPTY  # rebuilt from the log
     assert rt.submit("tx", lambda s, n: C.add_partitions(s, "tx", 7, 0, [("t", 0)], n), T0).result() == NONE
+
+
+def test_a_decision_committed_after_the_write_timeout_still_gets_its_markers():
+    """The EndTxn answer times out (the client retries), but the PrepareCommit record
+    commits later: its markers must still go out, or the transaction stays prepared and
+    every later request of its id gets CONCURRENT_TRANSACTIONS (simulator seeds 458, 750)."""
+    rt, log, sent = runtime(commit_on_write=False)
+    elect(rt, log)
+    init(rt)
+    rt.submit("tx", lambda s, n: C.add_partitions(s, "tx", 7, 0, [("t", 0)], n), T0)
+    rt.complete_up_to(0, 1, T0)
+    end = rt.submit("tx", lambda s, n: C.end_txn(s, "tx", 7, 0, True, n), T0)
+    assert rt.fail_stalled_writes(T0 + rt.write_timeout_ms) and end.error is not None
+    assert sent == []
+    rt.complete_up_to(0, 2, T0 + 6_000)
+    assert [job.transactional_id for _, _, job in sent] == ["tx"]
+
+
+def test_waiting_markers_are_dropped_on_resignation():
+    rt, log, sent = runtime(commit_on_write=False)
+    elect(rt, log)
+    init(rt)
+    rt.submit("tx", lambda s, n: C.add_partitions(s, "tx", 7, 0, [("t", 0)], n), T0)
+    rt.submit("tx", lambda s, n: C.end_txn(s, "tx", 7, 0, True, n), T0)
+    rt.on_resignation(0, 0)
+    rt.complete_up_to(0, 10, T0)
+    assert sent == []  # the next coordinator re-sends them when it loads

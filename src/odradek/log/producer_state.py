@@ -122,10 +122,19 @@ class ProducerState:
 
     def check(self, h: BatchHeader) -> None:
         """Raise Duplicate or SequenceError if `h` must not be appended as new data."""
-        if h.producer_id < 0 or h.base_sequence < 0:
+        if h.producer_id < 0:
             return
         entry = self.producers.get(h.producer_id)
         if entry is None:
+            return
+        if h.base_sequence < 0:
+            # A batch without a sequence (the group coordinator's TxnOffsetCommit write)
+            # still has its epoch checked, as Kafka's ProducerAppendInfo does: a zombie's
+            # TxnOffsetCommit retried after the coordinator aborted its transaction with
+            # the epoch bumped must not land after that abort marker (found by the
+            # simulator's EOS workload, seeds 8 and 425).
+            if h.producer_epoch < entry.epoch:
+                raise SequenceError("invalid_producer_epoch", f"epoch {h.producer_epoch} is older than {entry.epoch}")
             return
         if h.producer_epoch < entry.epoch:
             raise SequenceError("invalid_producer_epoch", f"epoch {h.producer_epoch} is older than {entry.epoch}")

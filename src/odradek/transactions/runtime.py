@@ -66,6 +66,8 @@ class TxnRuntime(ShardElections):
         self.shards: dict[int, C.TxnShard] = {}
         self.deferred: dict[int, DeferredQueue] = {}
         self.markers_in_flight: dict[str, C.MarkerJob] = {}
+        # partition -> [(offset, coordinator epoch, job)]: decisions whose markers wait for that offset to commit
+        self._waiting_markers: dict[int, list[tuple[int, int, C.MarkerJob]]] = {}
         # (log end, high watermark) of a partition, for a reload after a failed write
         self.log_bounds: Callable[[int], tuple[int, int | None]] | None = None  # transactional id -> job handed to the driver
 
@@ -114,9 +116,8 @@ class TxnRuntime(ShardElections):
         for tid, txn in shard.txns.items():
             self._arm_timeout(shard, tid, txn)
         self._arm_expiry(shard, now_ms)
-        epoch = self.epoch_of(shard.partition)
         for job in C.pending_markers(shard):
-            self._defer(shard, lambda job=job: self._dispatch(shard.partition, epoch, job), lambda _e: None)
+            self._markers_after(shard, job)
 
     def on_resignation(self, partition: int, epoch: int | None = None) -> bool:
         current = self.epoch_of(partition)
@@ -124,6 +125,7 @@ class TxnRuntime(ShardElections):
             return False
         self._move(partition, ShardEvent.RESIGN, current if epoch is None else epoch)
         self._stalled.pop(partition, None)
+        self._waiting_markers.pop(partition, None)  # the next leader re-sends them when it loads
         shard = self.shards.pop(partition, None)
         if shard is not None:
             shard.timer.cancel_all()
@@ -141,6 +143,23 @@ class TxnRuntime(ShardElections):
             on_commit()
         else:
             self.deferred[shard.partition].add(shard.last_written_offset, on_commit, on_fail)
+
+    def _markers_after(self, shard: C.TxnShard, job: C.MarkerJob) -> None:
+        """Send `job`'s markers once the records written so far are committed. Not through
+        the deferred answers: the write timeout fails those (the client retries), but a
+        decision that commits later must still get its markers (found by the simulator's
+        EOS workload, seeds 458 and 750), or its transaction stays prepared for good."""
+        epoch = self.epoch_of(shard.partition)
+        if shard.last_written_offset <= shard.last_committed_offset:
+            self._dispatch(shard.partition, epoch, job)
+        else:
+            self._waiting_markers.setdefault(shard.partition, []).append((shard.last_written_offset, epoch, job))
+
+    def _release_markers(self, partition: int, committed_offset: int) -> None:
+        waiting = self._waiting_markers.get(partition)
+        while waiting and waiting[0][0] <= committed_offset:
+            _offset, epoch, job = waiting.pop(0)
+            self._dispatch(partition, epoch, job)
 
     def _dispatch(self, partition: int, epoch: int, job: C.MarkerJob) -> None:
         if self.shards.get(partition) is None:
@@ -166,8 +185,7 @@ class TxnRuntime(ShardElections):
             if not self._commits_on_write(shard.partition):
                 self._stalled.setdefault(shard.partition, now_ms)
         if result.markers is not None:
-            epoch = self.epoch_of(shard.partition)
-            self._defer(shard, lambda: self._dispatch(shard.partition, epoch, result.markers), lambda _e: None)
+            self._markers_after(shard, result.markers)
         self._defer(shard, lambda: answer.complete(result.response), answer.fail)
         if result.records and self._commits_on_write(shard.partition):
             self.complete_up_to(shard.partition, shard.last_written_offset)
@@ -216,6 +234,7 @@ class TxnRuntime(ShardElections):
             self._stalled.pop(partition, None)
             return 0
         shard.last_committed_offset = max(shard.last_committed_offset, min(committed_offset, shard.last_written_offset))
+        self._release_markers(partition, committed_offset)
         released = self.deferred[partition].complete_up_to(committed_offset)
         if shard.last_committed_offset >= shard.last_written_offset:
             self._stalled.pop(partition, None)
