@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from odradek.sim.result import PROTOCOLS, SeedResult
+from odradek.sim.result import GROUP_PROTOCOLS, SeedResult
 
 CRASH_SEED = 6
 KILLER_SEED = 4
@@ -18,7 +18,7 @@ TRACE = 60  # trace lines of every result
 
 
 def fake_result(seed: int, protocol: str | None = None) -> SeedResult:
-    protocol = protocol or PROTOCOLS[seed % len(PROTOCOLS)]
+    protocol = protocol or GROUP_PROTOCOLS[seed % len(GROUP_PROTOCOLS)]
     bad = seed % 5 == 3
     converged = seed % 10 != 9
     return SeedResult(

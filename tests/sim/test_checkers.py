@@ -19,6 +19,9 @@ CASES = {
     "no-truncation": ({"fenced-coordinator"}, "consumer", range(150, 215)),
     # A zombie answering OffsetFetch from stale state is rare: found by a sweep (seed 7028).
     "no-lease-check": ({"commit-fencing"}, "consumer", range(7028, 7029)),
+    # Issue 19: a member fenced out of the group (its session ran out while it was cut off)
+    # commits the transaction it had under way; its new owner had processed those records.
+    "no-txn-fencing": ({"exactly-once"}, "eos-consumer", range(0, 16)),
 }
 
 

@@ -12,7 +12,7 @@ from odradek.sim import run as sim_run
 from odradek.sim import scenario
 from odradek.sim.coordinator import COMMIT_TIMEOUT_MS
 from odradek.sim.faults import FaultPlan
-from odradek.sim.result import PROTOCOLS
+from odradek.sim.result import GROUP_PROTOCOLS
 from odradek.sim.run import run_seed
 from odradek.sim.world import World
 
@@ -144,7 +144,7 @@ def test_without_the_lease_check_a_zombie_acknowledges_nothing_it_writes_and_is_
         _heals_and_converges(world, new)
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("protocol", GROUP_PROTOCOLS)
 def test_groups_keep_working_while_the_coordinator_moves(protocol):
     for seed in range(40):
         r = run_seed(seed, protocol)

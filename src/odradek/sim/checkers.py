@@ -37,11 +37,20 @@ checker states one property from the specifications:
                          was deposed is in that log; and the new coordinator's offsets are
                          exactly what that log's commits say (checked at every fail-over,
                          when a zombie hears it was deposed, and at the end)
+  exactly-once           (the EOS workload, issue 19) the output of committed transactions
+                         never holds an input record twice (judged at every commit
+                         marker); the group's committed offsets never go back (judged
+                         whenever everything the coordinator wrote is committed); at the
+                         end, what a read_committed consumer reads of the output holds
+                         every input record exactly once and the committed offsets are
+                         the input's ends
   liveness               (in run.py) once faults stop, the group converges in bounded time
+                         (EOS: and the input is drained, no transaction left open)
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 from odradek.coordinator import records as R
@@ -56,6 +65,7 @@ from odradek.protocol.errors import (
 )
 
 OFFSET_COMMIT = 8
+TXN_OFFSET_COMMIT = 28
 # Answers that say the coordinator could not decide, not what it decided: retried by the
 # client (at the coordinator it finds next). A write that timed out may still commit.
 UNDECIDED = frozenset(int(c) for c in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
@@ -423,7 +433,7 @@ class FencedCoordinator(Checker):
         self.checks = 0
 
     def on_response(self, coordinator, request, body: dict) -> None:
-        if request.api_key != OFFSET_COMMIT:
+        if request.api_key not in (OFFSET_COMMIT, TXN_OFFSET_COMMIT):
             return
         ok = {(t["name"], int(p["partition_index"])) for t in body.get("topics", []) for p in t["partitions"]
               if int(p["error_code"]) == 0}
@@ -441,7 +451,8 @@ class FencedCoordinator(Checker):
                                                        (fields[1], fields[2]), fields[3])
         for tp in sorted(ok - recorded):
             self.world.violation(self.name, f"b{coordinator.node_id} acknowledged the commit of {tp} by "
-                                            f"{(request.body.member_id or '')[:8]} without a record of it in its log")
+                                            f"{(getattr(request.body, 'member_id', '') or '')[:8]} without a record "
+                                            "of it in its log")
 
     def after_failover(self, world, when: str) -> None:
         c = world.coordinator
@@ -462,20 +473,37 @@ class FencedCoordinator(Checker):
 
     def _check_log(self, world, when: str, leader, partition: int) -> None:
         c = world.coordinator
-        newest: dict[bytes, bytes | None] = {}  # offset commit key -> the value its last record gives
+        # Offset commit key -> (position, value) of the newest committed write. KIP-98: a
+        # transactional commit counts from its producer's COMMIT marker on, unless a
+        # committed write of the partition came after it in the log (the newest record
+        # wins); an ABORT drops it; a tombstone deletes the pending ones too.
+        newest: dict[bytes, tuple[int, bytes | None]] = {}
+        pending: dict[int, dict[bytes, tuple[int, bytes]]] = {}
         for i, e in enumerate(leader.logs[partition].entries):
             start = c.deposed.get((partition, e.epoch))
             if start is not None and i >= start:
                 world.violation(self.name, f"{when}: record {partition}:{i} of {leader}'s log was appended at "
                                            f"leader epoch {e.epoch} after that leader was deposed")
                 return
-            if R.is_offset_commit(e.key):
-                newest[e.key] = e.value
+            if e.marker is not None:
+                mine = pending.pop(e.producer_id, {})
+                if e.marker.commit:
+                    for key, (pos, value) in mine.items():
+                        if pos > newest.get(key, (-1, None))[0]:
+                            newest[key] = (pos, value)
+            elif e.key is not None and R.is_offset_commit(e.key):
+                if e.producer_id >= 0 and e.value is not None:
+                    pending.setdefault(e.producer_id, {})[e.key] = (i, e.value)
+                else:
+                    newest[e.key] = (i, e.value)
+                    if e.value is None:
+                        for mine in pending.values():
+                            mine.pop(e.key, None)
         shard = leader.runtime.shards.get(partition)
         if shard is None:
             return
         expected: dict[str, dict[tuple[str, int], tuple]] = {}
-        for key, value in newest.items():
+        for key, (_pos, value) in newest.items():
             if value is not None:
                 g, topic, p, offset, epoch, metadata, ts = R.offset_commit_fields(key, value)
                 expected.setdefault(g, {})[(topic, p)] = (offset, epoch, metadata, ts)
@@ -489,6 +517,97 @@ class FencedCoordinator(Checker):
 
     def final(self, world) -> None:
         self.after_failover(world, "at the end")
+
+
+class ExactlyOnce(Checker):
+    """Issue 19: the EOS workload's promise. Hears every transaction that ends in a data
+    partition (sim/data.py observers) and reads the group's offsets after every step."""
+
+    name = "exactly-once"
+
+    def __init__(self, world) -> None:
+        self.world = world
+        # input record -> (output partition, producer id) of the committed transaction holding it
+        self.output: dict[tuple[str, int, int], tuple[tuple[str, int], int]] = {}
+        self.offsets: dict[tuple[str, int], int] = {}  # the highest committed offset seen per input partition
+        self.commits = 0
+        self.accepted = 0  # TxnOffsetCommit partitions the coordinator accepted, or refused (a decision)
+        self.rejected = 0
+
+    def on_response(self, coordinator, request, body: dict) -> None:
+        if request.api_key != TXN_OFFSET_COMMIT:
+            return
+        for t in body.get("topics", []):
+            for p in t["partitions"]:
+                code = int(p["error_code"])
+                if code == 0:
+                    self.accepted += 1
+                elif code not in UNDECIDED:
+                    self.rejected += 1
+
+    def on_txn_end(self, tp, marker, done, values: list[str]) -> None:
+        from .eos import input_of
+
+        if not marker.commit:
+            return
+        self.commits += 1
+        for value in values:
+            record = input_of(value)
+            first = self.output.get(record)
+            if first is not None:
+                self.world.violation(self.name, f"input record {record[0]}-{record[1]}@{record[2]} is in the "
+                                                f"committed output twice: in {first[0][0]}-{first[0][1]} by producer "
+                                                f"{first[1]}, and in {tp[0]}-{tp[1]} by producer {marker.producer_id}")
+            else:
+                self.output[record] = (tp, marker.producer_id)
+
+    def check(self, world) -> None:
+        c = world.coordinator
+        if not c.up or not c.settled():
+            return  # what a fail-over may still lose is not yet the group's committed offsets
+        shard = c.runtime.shard_for(world.group_id)
+        if shard is None:
+            return
+        for tp, entry in shard.offsets.get(world.group_id, {}).items():
+            last = self.offsets.get(tp, -1)
+            if entry.offset < last:
+                world.violation(self.name, f"the committed offset of {tp[0]}-{tp[1]} went back from {last} to "
+                                           f"{entry.offset}")
+            if entry.offset != last:
+                self.offsets[tp] = entry.offset
+
+    def final(self, world, drained: bool) -> None:
+        """After the quiet phase: read the output as read_committed does, from the logs. A
+        run that did not drain its input (a liveness violation) is judged for duplicates only."""
+        from .eos import OUTPUT_TOPIC, input_of
+
+        seen: Counter = Counter()
+        for tp, partition in sorted(world.data.partitions.items()):
+            if tp[0] == OUTPUT_TOPIC:
+                seen.update(input_of(value) for _offset, value in partition.read_committed())
+        ends = {tp: world.data.partition(tp).end for tp in world.input_partitions()}
+        expected = {(t, p, o) for (t, p), end in ends.items() for o in range(end)}
+        twice = sorted(r for r, n in seen.items() if n > 1)
+        extra = sorted(set(seen) - expected)
+        if twice:
+            world.violation(self.name, f"at the end: {len(twice)} input record(s) in the committed output more than "
+                                       f"once, first {twice[0]} ({seen[twice[0]]} times)")
+        if extra:
+            world.violation(self.name, f"at the end: the committed output holds {len(extra)} record(s) that are no "
+                                       f"input record, first {extra[0]}")
+        if not drained:
+            return
+        missing = sorted(expected - set(seen))
+        if missing:
+            world.violation(self.name, f"at the end: {len(missing)} input record(s) missing from the committed "
+                                       f"output, first {missing[0]}")
+        shard = world.coordinator.runtime.shard_for(world.group_id)
+        offsets = shard.offsets.get(world.group_id, {}) if shard is not None else {}
+        for tp, end in sorted(ends.items()):
+            entry = offsets.get(tp)
+            if (entry.offset if entry is not None else 0) != end:
+                world.violation(self.name, f"at the end: the committed offset of {tp[0]}-{tp[1]} is "
+                                           f"{entry.offset if entry is not None else None}, the input ends at {end}")
 
 
 class Replay(Checker):

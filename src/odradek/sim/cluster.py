@@ -49,10 +49,12 @@ from __future__ import annotations
 
 from odradek.cluster.image import PartitionState
 from odradek.coordinator.runtime import partition_for
+from odradek.transactions.coordinator import TxnConfig
 
-from .coordinator import SimCoordinator, SimMetadata
+from .coordinator import SimCoordinator, SimMetadata, SimTopic
 from .network import Link
 from .replication import follow
+from .txn import partition_name, txn_key
 
 CONSUMER_OFFSETS = "__consumer_offsets"
 MAX_LAG_MS = 30_000  # replica.lag.time.max.ms (LeaderPartition's default)
@@ -83,14 +85,21 @@ class _Observers:
 
 
 class SimCluster:
-    def __init__(self, world, brokers: int) -> None:
+    def __init__(self, world, brokers: int, txn_partitions: int = 0) -> None:
         self.world = world
         config = world.config
         self.partitions = range(config.offsets_topic_partitions)
         self.group_partition = partition_for(world.group_id, config.offsets_topic_partitions)
         self.metadata = SimMetadata()
+        # Transactions (issue 19): __transaction_state, replicated like __consumer_offsets and
+        # led by the same broker; its replicas are the keys txn_key(p) of every broker's logs.
+        self.txn_config = TxnConfig(num_partitions=txn_partitions) if txn_partitions else None
+        if self.txn_config is not None:
+            self.metadata.transaction_state = SimTopic("__transaction_state", None, txn_partitions, True)
+        self.keys = list(self.partitions) + [txn_key(p) for p in range(txn_partitions)]
         self.brokers = [SimCoordinator(config, world.rng, lambda: world.now, world._send_down, node_id=i,
-                                       metadata=self.metadata, cluster=self) for i in range(brokers)]
+                                       metadata=self.metadata, cluster=self, txn_config=self.txn_config)
+                        for i in range(brokers)]
         self.supported = self.brokers[0].supported
         self.observers: list = []  # see the current leader's requests only
         self.all_observers: list = []  # see every broker's
@@ -98,7 +107,7 @@ class SimCluster:
         for b in self.brokers:
             b.observers.append(_Observers(self))
         ids = tuple(range(brokers))
-        self.states = {p: PartitionState(ids, 0, 0, ids, 0) for p in self.partitions}
+        self.states = {p: PartitionState(ids, 0, 0, ids, 0) for p in self.keys}
         self.leader_id = 0
         self.deaf: set[int] = set()  # zombies: deposed, and not told yet
         # (partition, leader epoch) -> the log end of that epoch's leader when it was deposed:
@@ -174,6 +183,18 @@ class SimCluster:
             asked = next((b for b in up if b.serving()), asked)
         return asked.view[self.group_partition].leader
 
+    def find_txn_coordinator(self, transactional_id: str) -> int:
+        """FindCoordinator with key_type 1: the leader of the id's __transaction_state
+        partition, as a broker that is up (drawn) knows it."""
+        up = [b for b in self.brokers if b.up]
+        if not up:
+            return self.leader_id
+        asked = self.world.rng.choice(up)
+        if not asked.serving():
+            asked = next((b for b in up if b.serving()), asked)
+        partition = txn_key(asked.txn.runtime.partition_for(transactional_id))
+        return asked.view[partition].leader
+
     # ------------------------------------------------------------------ controller
 
     def _publish(self) -> None:
@@ -184,7 +205,7 @@ class SimCluster:
     def _inform(self, b: SimCoordinator) -> None:
         """Tell `b` the controller's states (Kafka's LeaderAndIsr; TopicsDelta.localChanges)."""
         now = self.world.now
-        for p in self.partitions:
+        for p in self.keys:
             new, old = self.states[p], b.view.get(p)
             if new == old:
                 continue
@@ -200,7 +221,7 @@ class SimCluster:
                 self._schedule_fetch(b, p)
 
     def _elect(self, leader: int, isr_of) -> None:
-        for p in self.partitions:
+        for p in self.keys:
             s = self.states[p]
             self.states[p] = PartitionState(s.replicas, leader, s.leader_epoch + 1, tuple(sorted(isr_of(s))),
                                             s.partition_epoch + 1)
@@ -217,7 +238,7 @@ class SimCluster:
             return
         new = PartitionState(s.replicas, s.leader, s.leader_epoch, tuple(sorted(proposal.isr)), s.partition_epoch + 1)
         self.states[partition] = new
-        self.world.trace(f"{CONSUMER_OFFSETS}-{partition}: ISR {list(new.isr)} (partition epoch {new.partition_epoch})")
+        self.world.trace(f"{partition_name(partition)}: ISR {list(new.isr)} (partition epoch {new.partition_epoch})")
         broker.apply(partition, leader.isr_committed(new.partition_epoch, self.world.now, proposal.isr))
         self._publish()
 
@@ -247,7 +268,7 @@ class SimCluster:
             return
         self.fetching.add(key)
         at = self.world.now + min(self.world.network.delay(), FETCH_TIMEOUT_MS)
-        self.world.schedule(at, f"{b} fetches {CONSUMER_OFFSETS}-{partition}", lambda: self._fetch(b, partition))
+        self.world.schedule(at, f"{b} fetches {partition_name(partition)}", lambda: self._fetch(b, partition))
 
     def heal(self) -> None:
         """The faults stop: a fetch the jitter fault delays is given up and sent again now
@@ -267,7 +288,7 @@ class SimCluster:
         log = b.logs[partition]
         got = follow(log, source.logs[partition], leader.high_watermark)
         if got.truncated:
-            self.world.trace(f"{b} truncates {got.truncated} record(s) of {CONSUMER_OFFSETS}-{partition} to "
+            self.world.trace(f"{b} truncates {got.truncated} record(s) of {partition_name(partition)} to "
                              f"{log.end} (diverged from {source}'s epoch {view.leader_epoch})")
         source.apply(partition, leader.follower_fetched(b.node_id, log.end, 0, self.world.now))
 
@@ -300,11 +321,11 @@ class SimCluster:
         None when no other broker is in every partition's ISR and up."""
         old = self.leader
         candidates = [b for b in self.brokers if b is not old and b.up and b.node_id not in self.deaf
-                      and all(b.node_id in self.states[p].isr for p in self.partitions)]
+                      and all(b.node_id in self.states[p].isr for p in self.keys)]
         if not candidates:
             return None
         new = self.world.rng.choice(candidates)
-        for p in self.partitions:
+        for p in self.keys:
             self.deposed[(p, self.states[p].leader_epoch)] = old.logs[p].end
         if old.up:
             self.deaf.add(old.node_id)
@@ -332,7 +353,8 @@ class SimCluster:
         for b in self.brokers:
             role = "down" if not b.up else "zombie" if b.node_id in self.deaf else \
                 "leader" if b.node_id == self.leader_id else "follower"
-            logs = ", ".join(f"{p}: end {b.logs[p].end} hw {b.logs[p].hw}" for p in self.partitions)
+            logs = ", ".join(f"{p if p in self.partitions else partition_name(p)}: end {b.logs[p].end} "
+                             f"hw {b.logs[p].hw}" for p in self.keys)
             lines.append(f"{b} {role}: {logs}")
         s = self.states[self.group_partition]
         lines.append(f"{CONSUMER_OFFSETS}-{self.group_partition}: leader b{s.leader} epoch {s.leader_epoch} "

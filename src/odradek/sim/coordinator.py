@@ -45,11 +45,14 @@ the whole ISR: a single node, whose writes commit as they are appended.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
 
 from odradek.broker import handlers as _handlers  # noqa: F401 - registers every API
 from odradek.broker.handlers.classic_group import (
@@ -61,25 +64,46 @@ from odradek.broker.handlers.classic_group import (
 )
 from odradek.broker.handlers.consumer_group import consumer_group_heartbeat
 from odradek.broker.handlers.offsets import offset_commit, offset_fetch
+from odradek.broker.handlers.producer_id import init_producer_id
+from odradek.broker.handlers.transactions import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    end_txn,
+)
+from odradek.broker.handlers.txn_offsets import txn_offset_commit
+from odradek.broker.txn_coordinator import MARKERS_WAIT_MS
 from odradek.broker.registry import supported_versions
 from odradek.cluster.image import PartitionState
+from odradek.cluster.names import TRANSACTION_STATE
 from odradek.coordinator import dispatch
 from odradek.coordinator import records as R
 from odradek.coordinator.classic.rebalance import error_join, sync_error
 from odradek.coordinator.config import CoordinatorConfig
-from odradek.coordinator.errors import CoordinatorUnavailable, error_code_for
+from odradek.coordinator.errors import (
+    CoordinatorError,
+    CoordinatorUnavailable,
+    error_code_for,
+)
 from odradek.coordinator.image import MetadataImage
+from odradek.coordinator.records import StoredLog
 from odradek.coordinator.runtime import CoordinatorRuntime
 from odradek.coordinator.shard import Shard
-from odradek.protocol.errors import NOT_COORDINATOR
+from odradek.log.producer_state import SequenceError
+from odradek.protocol.errors import NOT_COORDINATOR, UNKNOWN_SERVER_ERROR
 from odradek.protocol.messages import Request, encode_response, parse_request
+from odradek.records.control import Marker
 from odradek.replication.leader import HighWatermark, LeaderPartition, ProposeIsr
+from odradek.transactions.coordinator import TxnConfig
 
 from .network import Link
 from .replication import Entry, ReplicaLog
+from .txn import SimTxnCoordinator, SimWait, is_txn_key, txn_key
 
 JOIN_GROUP, SYNC_GROUP = 11, 14
-_HANDLERS = {68: consumer_group_heartbeat, 12: heartbeat_api, 13: leave_group, 8: offset_commit, 9: offset_fetch}
+_HANDLERS = {68: consumer_group_heartbeat, 12: heartbeat_api, 13: leave_group, 8: offset_commit, 9: offset_fetch,
+             28: txn_offset_commit, 22: init_producer_id, 24: add_partitions_to_txn, 25: add_offsets_to_txn,
+             26: end_txn}
+TXN_APIS = frozenset({22, 24, 25, 26})  # answered by the transaction coordinator's runtime
 COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms, Kafka's default
 _LOOP: asyncio.AbstractEventLoop | None = None
 
@@ -97,9 +121,18 @@ class SimMetadata:
 
     def __init__(self) -> None:
         self.topics: dict[str, SimTopic] = {}
+        self.transaction_state: SimTopic | None = None  # __transaction_state (internal), when transactions run
+        self.next_producer_id = 1000
 
     def get(self, name: str) -> SimTopic | None:
+        if name == TRANSACTION_STATE:
+            return self.transaction_state
         return self.topics.get(name)
+
+    async def allocate_producer_id(self) -> int:
+        """The controller hands out producer ids (Kafka's ProducerIdManager): unique in the cluster."""
+        self.next_producer_id += 1
+        return self.next_producer_id
 
     def get_by_id(self, topic_id: uuid.UUID) -> SimTopic | None:
         for t in self.topics.values():
@@ -130,6 +163,16 @@ def _call_handler(handler, host, request):
     return _LOOP.run_until_complete(call())
 
 
+def _step(coro):
+    """Run a coroutine handler until it next waits: ("done", response) or ("waiting", what
+    it awaits: an asyncio future of `answer`, or a sim/txn.SimWait)."""
+    try:
+        return "waiting", coro.send(None)
+    except StopIteration as stop:
+        return "done", stop.value
+
+
+
 class _Runtime:
     """The runtime as the handlers see it, keeping the answer handle of the last `submit`."""
 
@@ -146,10 +189,22 @@ class _Runtime:
 
 
 class _CoordinatorView:
-    """`broker.coordinator` for the handlers."""
+    """`broker.coordinator` (or `broker.txn_coordinator`) for the handlers."""
 
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = _Runtime(runtime)
+
+
+class _TxnCoordinatorView(_CoordinatorView):
+    """`broker.txn_coordinator` for the handlers: the runtime, and the wait for a decision's
+    markers (broker/txn_coordinator.py `wait_for_markers`), on the simulated clock."""
+
+    def __init__(self, txn: SimTxnCoordinator) -> None:
+        super().__init__(txn.runtime)
+        self._txn = txn
+
+    def wait_for_markers(self, transactional_id: str, timeout_ms: int = MARKERS_WAIT_MS):
+        return self._txn.wait_for_markers(transactional_id, timeout_ms)
 
 
 class SimCoordinator:
@@ -157,7 +212,7 @@ class SimCoordinator:
 
     def __init__(self, config: CoordinatorConfig, rng: random.Random, clock: Callable[[], int],
                  send_down: Callable[[Link, bytes], None], *, node_id: int = 0, metadata: SimMetadata | None = None,
-                 cluster=None) -> None:
+                 cluster=None, txn_config: TxnConfig | None = None) -> None:
         self.config = config
         self.rng = rng
         self.clock = clock
@@ -167,7 +222,9 @@ class SimCoordinator:
         self.cluster = cluster  # sim/cluster.SimCluster, or None: a single node
         self.supported = supported_versions()
         self.partitions = range(config.offsets_topic_partitions)
-        self.logs: dict[int, ReplicaLog] = {p: ReplicaLog() for p in self.partitions}
+        # Replicas by key: __consumer_offsets-p under p, __transaction_state-p under txn_key(p).
+        self.keys = list(self.partitions) + [txn_key(p) for p in range(txn_config.num_partitions if txn_config else 0)]
+        self.logs: dict[int, ReplicaLog] = {k: ReplicaLog() for k in self.keys}
         self.view: dict[int, PartitionState] = {}  # what this broker knows of each partition's leadership
         self.leading: dict[int, LeaderPartition] = {}  # partitions it leads (or believes it does)
         self.up = True
@@ -183,9 +240,12 @@ class SimCoordinator:
         self.writes: dict[int, list[tuple[int, int]]] = {}  # id(request) -> (partition, offset) it appended
         self.runtime = self._new_runtime()
         self.coordinator = _CoordinatorView(self.runtime)
+        # The transaction coordinator (issue 19), when the cluster runs transactions.
+        self.txn = SimTxnCoordinator(self, txn_config, COMMIT_TIMEOUT_MS) if txn_config is not None else None
+        self.txn_coordinator = _TxnCoordinatorView(self.txn) if self.txn is not None else None
         if cluster is None:
             me = (node_id,)
-            for p in self.partitions:
+            for p in self.keys:
                 self.become_leader(p, PartitionState(me, node_id, 0, me), clock())
 
     def __repr__(self) -> str:
@@ -195,7 +255,7 @@ class SimCoordinator:
         rng = self.rng
         return CoordinatorRuntime(self.config, self._write, self.metadata.image(self.image_version),
                                   new_member_id=lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                                  reader=lambda p: self.logs[p].pairs(), commit_on_write=False,
+                                  reader=lambda p: self.logs[p].stored(), commit_on_write=False,
                                   serving=self.serving, write_timeout_ms=COMMIT_TIMEOUT_MS)
 
     def serving(self) -> bool:
@@ -204,7 +264,8 @@ class SimCoordinator:
         a broker whose lease expired, which the broker's own clock saw first."""
         return self.cluster is None or self.node_id not in self.cluster.deaf
 
-    def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int) -> int:
+    def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int,
+               transactional: R.Transactional | None = None) -> int:
         if not self.serving():
             # broker/coordinator.py refuses so; the runtime rebuilds the shard from its log.
             raise CoordinatorUnavailable(NOT_COORDINATOR, f"{self} cannot count on its lease")
@@ -212,11 +273,34 @@ class SimCoordinator:
         assert leader is not None, f"{self} wrote to __consumer_offsets-{partition}, which it does not lead"
         log = self.logs[partition]
         first = log.end
-        last = log.append_as_leader(leader.leader_epoch, [R.encode(r) for r in records])
+        try:
+            if records[0].type == R.TXN_MARKER:
+                # A control batch: the partition's producer state refuses a marker of an older
+                # producer or coordinator epoch.
+                assert len(records) == 1, "a transaction marker is written alone"
+                (producer_id, producer_epoch), v = records[0].key, records[0].value
+                last = log.append_marker(leader.leader_epoch, Marker(producer_id, producer_epoch, v["commit"],
+                                                                     v["coordinator_epoch"]))
+            elif transactional is not None:
+                # KIP-98: one transactional batch of the producer, without a sequence (the
+                # coordinator numbers nothing), checked by the producer state as the broker's is.
+                last = log.append_as_leader(leader.leader_epoch, [R.encode(r) for r in records],
+                                            transactional.producer_id, transactional.producer_epoch)
+            else:
+                last = log.append_as_leader(leader.leader_epoch, [R.encode(r) for r in records])
+        except SequenceError as exc:
+            # The log fenced the producer or the marker's coordinator: its code is the answer
+            # (broker/coordinator.py `_write`).
+            raise CoordinatorError(ErrorCode.__members__.get(exc.code, UNKNOWN_SERVER_ERROR),
+                                   f"__consumer_offsets-{partition}: {exc}") from exc
         self._appended.add(partition)
         if self._current is not None:
             self.writes.setdefault(id(self._current), []).extend((partition, o) for o in range(first, last + 1))
         return last
+
+    def appended_to(self, key: int) -> None:
+        """A runtime appended to replica `key`: its followers are told once the call is done."""
+        self._appended.add(key)
 
     def entries_written(self, request: Request) -> list[tuple[int, int, Entry]]:
         """(partition, offset, entry) of the records `request`'s operation appended here."""
@@ -234,12 +318,21 @@ class SimCoordinator:
         log = self.logs[partition]
         log.become_leader(state.leader_epoch)
         self.view[partition] = state
-        self.leading[partition] = LeaderPartition(
+        leader = self.leading[partition] = LeaderPartition(
             self.node_id, state.replicas, state.isr, leader_epoch=state.leader_epoch,
             partition_epoch=state.partition_epoch, log_end_offset=log.end, high_watermark=log.hw, now_ms=now)
+        if is_txn_key(partition):
+            # As broker/replica_manager.py does (Kafka's makeLeader: maybeIncrementLeaderHW):
+            # a leader alone in its ISR commits its whole log at once, before the shard loads.
+            # (Not done for __consumer_offsets, whose leaders wait for their first append,
+            # so that the seeds of the group protocols replay as they always have.)
+            self.apply(partition, leader.appended(log.end, now))
         self._run(lambda: self._elected(partition, state.leader_epoch, now))
 
     def _elected(self, partition: int, epoch: int, now: int) -> None:
+        if is_txn_key(partition):
+            self.txn.elected(partition - txn_key(0), epoch, now)
+            return
         self.runtime.on_election(partition, epoch, now)
         if self.cluster is not None:  # as broker/coordinator.py does for a replicated partition
             log = self.logs[partition]
@@ -250,7 +343,10 @@ class SimCoordinator:
         self.view[partition] = state
         old = self.leading.pop(partition, None)
         if old is not None and self.up:
-            self._run(lambda: self.runtime.on_resignation(partition, old.leader_epoch))
+            if is_txn_key(partition):
+                self._run(lambda: self.txn.resigned(partition - txn_key(0), old.leader_epoch))
+            else:
+                self._run(lambda: self.runtime.on_resignation(partition, old.leader_epoch))
 
     def apply(self, partition: int, effects) -> None:
         """Carry out what this broker's LeaderPartition asks: release answers up to a new high
@@ -258,9 +354,17 @@ class SimCoordinator:
         for effect in effects:
             if isinstance(effect, HighWatermark):
                 self.logs[partition].hw = effect.offset
-                self._run(lambda hw=effect.offset: self.runtime.complete_up_to(partition, hw - 1, self.clock()))
+                if is_txn_key(partition):
+                    self._run(lambda hw=effect.offset: self.txn.committed_up_to(partition - txn_key(0), hw,
+                                                                                 self.clock()))
+                else:
+                    self._run(lambda hw=effect.offset: self.runtime.complete_up_to(partition, hw - 1, self.clock()))
             elif isinstance(effect, ProposeIsr) and self.cluster is not None:
                 self.cluster.propose_isr(self, partition, effect)
+
+    def run(self, call):
+        """A runtime call from outside the request path (a marker job): see `_run`."""
+        return self._run(call)
 
     def _run(self, call):
         """A runtime call; what it appended is reported once the outermost call is done (the
@@ -311,6 +415,9 @@ class SimCoordinator:
         (KIP-848 "Fail Over": a broker that becomes coordinator loads by replay)."""
         self.runtime = self._new_runtime()
         self.coordinator = _CoordinatorView(self.runtime)
+        if self.txn is not None:
+            self.txn.runtime = self.txn.new_runtime()
+            self.txn_coordinator = _TxnCoordinatorView(self.txn)
         self.view.clear()
         self.up = True
 
@@ -318,8 +425,14 @@ class SimCoordinator:
         """A fresh shard rebuilt from this replica alone (no take-over: nothing re-armed or rewritten)."""
         runtime = CoordinatorRuntime(self.config, lambda *_: None, self.runtime.image)
         shard = runtime.new_shard(partition)
+        stored = self.logs[partition].stored()
+        if isinstance(stored, StoredLog):
+            # Transactional batches and markers: the runtime's own load, item by item in log order.
+            CoordinatorRuntime._replay_bytes(shard, stored)
+            shard.loading = False
+            return shard
         shard.loading = True
-        for key, value in self.logs[partition].pairs():
+        for key, value in stored:
             record = R.decode(key, value)
             if record is not None:
                 shard.replay(record)
@@ -402,13 +515,43 @@ class SimCoordinator:
             deferred = self.runtime.submit(req.group_id, lambda shard, now: op(shard, reply, now), self.clock())
             deferred.add_done_callback(lambda d: d.error is None or reply(on_error(error_code_for(d.error))))
             return
+        runtime = self.txn_coordinator.runtime if key in TXN_APIS else self.coordinator.runtime
+        if inspect.iscoroutinefunction(_HANDLERS[key]):
+            self._coroutine(_HANDLERS[key], request, runtime, answer)
+            return
         out = _call_handler(_HANDLERS[key], self, request)
         if isinstance(out, dict):
             answer(out)
             return
         # A future: the runtime's answer waits for its records to be committed. The handler's
         # own callback on it ran first, so the future holds the response when ours runs.
-        self.coordinator.runtime.last.add_done_callback(lambda _d: answer(out.result()))
+        runtime.last.add_done_callback(lambda _d: answer(out.result()))
+
+    def _coroutine(self, handler, request: Request, runtime: _Runtime, answer: Callable[[dict], None]) -> None:
+        """A coroutine handler (InitProducerId, which may await a producer id from the
+        controller, here at once; EndTxn, which awaits its decision's markers), stepped by
+        hand: no time passes in the loop. Each time it waits, it is stepped again when what
+        it waits for settles: the runtime's deferred answer behind an `answer` future, or a
+        sim/txn.SimWait (resolved by simulated time or a marker job)."""
+        coro = handler(self, request)
+        me = self.runtime
+
+        def step() -> None:
+            if me is not self.runtime or not self.up:
+                coro.close()  # crashed meanwhile: the request is gone with the process
+                return
+            runtime.last = None
+            state, out = _call_handler(lambda _host, _req: _step(coro), self, request)
+            if state == "done":
+                answer(out)
+            elif isinstance(out, SimWait):
+                out.on_done(step)
+            else:
+                waiting_on = runtime.last
+                assert waiting_on is not None and not waiting_on.done, "a handler awaits the runtime's answer"
+                waiting_on.add_done_callback(lambda _d: step())
+
+        step()
 
     def _respond(self, link: Link, request: Request, body: dict) -> None:
         for o in self.observers:
@@ -421,9 +564,16 @@ class SimCoordinator:
             return 0
         now = self.clock()
         ran = self._run(lambda: self.runtime.tick(now))
-        return ran + len(self._run(lambda: self.runtime.fail_stalled_writes(now)))
+        ran += len(self._run(lambda: self.runtime.fail_stalled_writes(now)))
+        if self.txn is not None:
+            ran += self._run(lambda: self.txn.runtime.tick(now))
+            ran += len(self._run(lambda: self.txn.runtime.fail_stalled_writes(now)))
+        return ran
 
     def next_deadline(self) -> int | None:
         if not self.up:
             return None
-        return self.runtime.next_deadline()
+        if self.txn is None:
+            return self.runtime.next_deadline()
+        deadlines = [d for d in (self.runtime.next_deadline(), self.txn.runtime.next_deadline()) if d is not None]
+        return min(deadlines) if deadlines else None

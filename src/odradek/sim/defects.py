@@ -23,6 +23,9 @@ with a seed that replays it:
   no-lease-check         a zombie coordinator goes on serving until it hears it was deposed
                          (no local lease check): it answers OffsetFetch with offsets the
                          new coordinator has moved past, which its members then commit
+  no-txn-fencing         TxnOffsetCommit skips KIP-447's fencing (the member id, generation
+                         and member epoch it carries are not checked): a zombie that lost
+                         its partitions commits its transaction's offsets and output anyway
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Iterator
 
 from odradek.coordinator import offsets as coordinator_offsets
 from odradek.coordinator import records as R
+from odradek.coordinator import txn_offsets
 from odradek.coordinator.assignors import ASSIGNORS
 from odradek.coordinator.consumer import heartbeat as consumer_heartbeat
 from odradek.coordinator.shard import Shard
@@ -154,6 +158,15 @@ def _no_lease_check():
     return _swap(sim_coordinator.SimCoordinator, "serving", lambda self: True)
 
 
+@contextlib.contextmanager
+def _no_txn_fencing() -> Iterator[None]:
+    # As if every TxnOffsetCommit carried no group metadata (KIP-447's fencing gone): a
+    # classic group takes it from anyone, a consumer group checks no member or epoch.
+    with _swap(txn_offsets, "_check_classic", lambda group, req: None), \
+            _swap(txn_offsets, "_check_consumer", lambda group, req: None):
+        yield
+
+
 DEFECTS = {
     "assign-before-revoke": _assign_before_revoke,
     "accept-zombie-commits": _accept_zombie_commits,
@@ -164,6 +177,7 @@ DEFECTS = {
     "commit-on-write": _commit_on_write,
     "no-truncation": _no_truncation,
     "no-lease-check": _no_lease_check,
+    "no-txn-fencing": _no_txn_fencing,
 }
 
 

@@ -52,12 +52,14 @@ from odradek.client.reconciler import (
     committed_offsets,
 )
 
+from .eos import EosProducer
 from .network import Link
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP = 8, 9, 11
 REQUEST_TIMEOUT_MS = 3000
 API_NAMES = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
              68: "ConsumerGroupHeartbeat"}
+UNSTABLE_RETRY_MS = 100  # the consumer's retry.backoff.ms after UNSTABLE_OFFSET_COMMIT (KIP-447)
 
 
 @dataclass
@@ -85,7 +87,7 @@ def coordinator_moved(resp) -> bool:
 class SimMember:
     def __init__(self, world, name: str, kind: str, *, instance_id: str | None,
                  session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int,
-                 server_assignor: str | None, commit_interval_ms: int) -> None:
+                 server_assignor: str | None, commit_interval_ms: int, eos: dict | None = None) -> None:
         self.world = world
         self.name = name
         self.kind = kind  # "consumer", "classic-eager", "classic-cooperative"
@@ -108,8 +110,10 @@ class SimMember:
         # Positions are keyed by the name each partition was assigned with; whether its topic
         # still exists (the same incarnation) is asked of the world's metadata when a commit or
         # fetch is built.
+        # The EOS workload (issue 19): offsets are committed only inside transactions
+        # (enable.auto.commit=false, as librdkafka's transactions example sets it).
         self.rec = Reconciler(world.group_id, member=self.core, resolve=self._resolve, topic_id=self._topic_id,
-                              needs_generation=kind != "consumer", auto_commit=True,
+                              needs_generation=kind != "consumer", auto_commit=eos is None,
                               auto_commit_interval_ms=commit_interval_ms, first_auto_commit_ms=0)
         self.alive = True
         self.stopping = False  # graceful leave under way
@@ -120,6 +124,7 @@ class SimMember:
         self.next_poll = 0
         self.next_watch = 0
         self.fatal_at: int | None = None
+        self.eos: EosProducer | None = EosProducer(self, **eos) if eos is not None else None
 
     # ------------------------------------------------------------------ beliefs
 
@@ -143,6 +148,9 @@ class SimMember:
         it was assigned under: a deleted topic's partitions have nothing left to commit to or
         fetch from, and a recreated one's offsets are not theirs (Reconciler.current)."""
         return tp.topic in self.world.coordinator.metadata.topics and self.rec.current(tp)
+
+    def exists(self, tp: TopicPartition) -> bool:
+        return self._exists(tp)
 
     def owned(self) -> set[tuple[str, int]]:
         return {self._name(tp) for tp in self.core.owned} if self.alive else set()
@@ -177,6 +185,8 @@ class SimMember:
             return
         step = self.rec.next_step()
         if isinstance(step, Lose):
+            if self.eos is not None:
+                self.eos.abort_for("the member lost its partitions")
             lost = self.owned()
             self.world.stats.revocations += len(lost)
             self.rec.drop_lost(step)
@@ -187,7 +197,10 @@ class SimMember:
         self._metadata(now)
         self._send_group(now)
         self._commit_periodically(now)
-        self._consume(now)
+        if self.eos is None:
+            self._consume(now)
+        else:
+            self.eos.pump(now)
         if self.stopping and not core.active and not self.pending:
             self.world.member_stopped(self)
 
@@ -201,7 +214,9 @@ class SimMember:
             self.revoke_at = now + self.world.slow_delay(self)
             if offsets and not self._commit(now, offsets, revocation=step):
                 rec.revoke_commit_done(step)  # nothing could be sent: nothing to wait for
-        if rec.revoke_committed and now >= self.revoke_at:
+            if self.eos is not None:
+                self.eos.abort_for("partitions are revoked")
+        if rec.revoke_committed and now >= self.revoke_at and (self.eos is None or self.eos.settled()):
             revoked = rec.finish_revoke(now)
             names = {self._name(tp) for tp in revoked}
             self.world.stats.revocations += len(names)
@@ -302,7 +317,13 @@ class SimMember:
             self._send(now, OFFSET_FETCH, self.rec.fetch_body(live),
                        Pending(OFFSET_FETCH, "fetch", now + REQUEST_TIMEOUT_MS, self._link(), frozenset(live)))
 
+    def fetch_committed(self, now: int, parts) -> None:
+        self._fetch_committed(now, parts)
+
     def on_frame(self, link: Link, frame: bytes, now: int) -> None:
+        if self.eos is not None and self.alive and self.eos.owns(link):
+            self.eos.on_frame(link, frame, now)  # the member's producer has connections of its own
+            return
         if not self.alive or link is not self.link:
             return
         try:
@@ -334,7 +355,12 @@ class SimMember:
             if isinstance(resp, KafkaError):
                 raise resp
             found = committed_offsets(resp)
-        except KafkaError:
+        except KafkaError as exc:
+            if self.eos is not None and exc.code == ErrorCode.unstable_offset_commit:
+                # KIP-447: a transaction holds an offset of the partition; ask again later.
+                self.world.schedule(now + UNSTABLE_RETRY_MS, f"{self.name}: retry offset fetch (unstable)",
+                                    lambda parts=pending.parts: self._refetch(parts))
+                return
             self._fetch_committed(now, pending.parts)  # retry, as the consumer's position lookup does
             return
         found = {tp: o for tp, o in found.items() if self._exists(tp)}
@@ -379,7 +405,9 @@ class SimMember:
             return None
         kinds = {p.kind for p in self.pending.values()}
         times = []
-        if self.rec.positions.parts:
+        if self.eos is not None:
+            times.append(self.eos.next_wake())  # no auto-commit, and its own polls
+        elif self.rec.positions.parts:
             times.append(self.next_poll)
             if "commit" not in kinds:
                 times.append(self.rec.next_auto_commit_ms)
@@ -397,12 +425,16 @@ class SimMember:
         if self.link is not None:
             self.link.alive = False
         self.pending.clear()
+        if self.eos is not None:
+            self.eos.crash()
 
     def leave(self, now: int) -> None:
         """Graceful close, as the consumer's close(): commit, revoke everything, leave."""
         self.stopping = True
         held = self.rec.held()
-        offsets = self.rec.offsets(held)
+        # EOS: offsets are committed only in transactions; an open one is abandoned (the
+        # coordinator aborts it when it times out).
+        offsets = self.rec.offsets(held) if self.eos is None else {}
         if offsets:
             self._commit(now, offsets)
         self.world.stats.revocations += len(self.core.owned)

@@ -74,6 +74,9 @@ def _summary(protocol: str, rows: list[dict]) -> dict:
         "revocations_mean": _mean([r["revocations"] for r in rows]),
         "commits_accepted": sum(r["commits_accepted"] for r in rows),
         "commits_rejected": sum(r["commits_rejected"] for r in rows),
+        # The EOS workload (issue 19); a table from before it has no such columns.
+        "txn_committed": sum(r.get("txn_committed", 0) for r in rows),
+        "txn_aborted": sum(r.get("txn_aborted", 0) for r in rows),
     }
 
 
@@ -99,11 +102,13 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def markdown(summary: list[dict]) -> str:
-    """A GitHub Markdown table, one row per protocol."""
+    """A GitHub Markdown table, one row per protocol (with a transactions column when the
+    EOS workload ran)."""
+    eos = any(s.get("txn_committed") or s.get("txn_aborted") for s in summary)
     header = ["protocol", "seeds", "with violations", "violation kinds", "converged",
               "convergence ms (median / p95 / max)", "moved per member event (median / p95)",
               "rebalances per member event (median / p95)", "partitions moved (mean)", "revocations (mean)",
-              "commits (accepted / rejected)"]
+              "commits (accepted / rejected)"] + (["transactions (committed / aborted)"] if eos else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     for s in summary:
         kinds = ", ".join(f"{k} {n}" for k, n in s["violation_kinds"].items()) or "-"
@@ -114,7 +119,7 @@ def markdown(summary: list[dict]) -> str:
             " / ".join(_num(s[f"rebalances_per_member_event_{k}"], 2) for k in ("median", "p95")),
             _num(s["partition_movements_mean"], 1), _num(s["revocations_mean"], 1),
             f"{s['commits_accepted']:,} / {s['commits_rejected']:,}",
-        ]
+        ] + ([f"{s['txn_committed']:,} / {s['txn_aborted']:,}"] if eos else [])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from odradek.client.classic import ClassicGroupMember
+from odradek.transactions.model import COMPLETED
 
 from . import checkers as C
 from . import scenario
@@ -27,8 +28,43 @@ SETTLE_MS = 2000
 def liveness_bound_ms(world: World) -> int:
     # A crashed member is noticed within a session timeout, a stuck revocation within a
     # rebalance timeout, and each rejoin of a classic group may take both plus the initial
-    # delay; the margin covers restarts still pending when the faults stop.
-    return 4 * (world.session_ms + world.rebalance_ms) + world.config.initial_rebalance_delay_ms + 15_000
+    # delay; the margin covers restarts still pending when the faults stop. EOS: an
+    # abandoned transaction is aborted when it times out (twice: one may be started just
+    # before the faults stop), and then what is left of the input is processed.
+    bound = 4 * (world.session_ms + world.rebalance_ms) + world.config.initial_rebalance_delay_ms + 15_000
+    return bound + 2 * world.txn_timeout_ms + 20_000 if world.eos else bound
+
+
+def eos_left(world: World) -> str | None:
+    """EOS: what is not done yet (None when the input is drained): every input partition's
+    committed offset is its end, no transaction is open, in the group's offsets, at the
+    transaction coordinator or in a data partition."""
+    c = world.coordinator
+    if not c.up or not c.settled():
+        return "the coordinator's writes are not all committed"
+    shard = c.runtime.shard_for(world.group_id)
+    if shard is None:
+        return "the group's coordinator shard is not loaded"
+    if shard.open_txns.get(world.group_id):
+        return f"transactional offsets pending for {sorted(shard.open_txns[world.group_id])}"
+    offsets = shard.offsets.get(world.group_id, {})
+    for tp in world.input_partitions():
+        end = world.data.partition(tp).end
+        entry = offsets.get(tp)
+        committed = entry.offset if entry is not None else 0
+        if committed != end:
+            return f"{tp[0]}-{tp[1]}: committed offset {committed if entry is not None else None} of {end}"
+    txn_shards = c.leader.txn.runtime.shards
+    if len(txn_shards) != world.txn_partitions:
+        return "a __transaction_state shard is not loaded"
+    for _p, txn_shard in sorted(txn_shards.items()):
+        for tid, txn in sorted(txn_shard.txns.items()):
+            if txn.state not in COMPLETED:
+                return f"transaction of {tid} is {txn.state.name}"
+    for tp, partition in sorted(world.data.partitions.items()):
+        if partition.open_transactions():
+            return f"{tp[0]}-{tp[1]} has open transactions of producers {partition.open_transactions()}"
+    return None
 
 
 def converged(world: World) -> bool:
@@ -55,7 +91,9 @@ def converged(world: World) -> bool:
         if isinstance(m.core, ClassicGroupMember) and m.core.in_flight is not None and m.core.in_flight != 12:
             return False
         union.extend(m.owned())
-    return len(union) == len(set(union)) and set(union) == world.subscribed_partitions()
+    if len(union) != len(set(union)) or set(union) != world.subscribed_partitions():
+        return False
+    return not world.eos or eos_left(world) is None
 
 
 def run_seed(seed: int, protocol: str | None = None, *, trace: bool = False) -> SeedResult:
@@ -84,10 +122,13 @@ def run_seed(seed: int, protocol: str | None = None, *, trace: bool = False) -> 
     ok = world.run_until(bound, stop=settled)
     convergence_ms = since[0] - quiet_from if ok and since[0] is not None else -1
     if not ok:
+        left = f" (EOS: {eos_left(world) or 'drained'})" if world.eos else ""
         world.violation("liveness", f"no stable assignment for {settle} ms within {liveness_bound_ms(world)} ms "
-                                    "after the faults stopped")
+                                    f"after the faults stopped{left}")
     world.replay_checker.compare(world, "at the end")
     world.fenced_checker.final(world)
+    if world.eos_checker is not None:
+        world.eos_checker.final(world, drained=ok)
     return result_of(world, seed, ok, convergence_ms, time.perf_counter() - started)
 
 
@@ -95,15 +136,19 @@ def result_of(world: World, seed: int, ok: bool, convergence_ms: int, wall: floa
     kinds = sorted({k for _, k, _ in world.violations})
     first = world.violations[0] if world.violations else None
     return SeedResult(
-        seed=seed, protocol=world.protocol, faults=world.plan.label(), members=world._serial,
+        seed=seed, protocol=f"eos-{world.protocol}" if world.eos else world.protocol, faults=world.plan.label(),
+        members=world._serial,
         partitions=len(world.subscribed_partitions()), sim_ms=world.now, steps=world.steps,
         violations=len(world.violations), violation_kinds=",".join(kinds),
         first_violation=f"{first[0]} ms {first[1]}: {first[2]}" if first else "",
         converged=ok, convergence_ms=convergence_ms, partition_movements=world.stats.movements,
         revocations=world.stats.revocations, rebalances=world.rebalances(),
         member_events=world.stats.member_events, records_written=sum(len(v) for v in world.coordinator.log.values()),
-        commits_accepted=world.commit_checker.accepted, commits_rejected=world.commit_checker.rejected,
-        coordinator_crashes=world.coordinator.crash_count, coordinator_moves=world.coordinator.moves, wall_s=wall,
+        # EOS: the offsets are committed by TxnOffsetCommit (judged by the current coordinator).
+        commits_accepted=world.commit_checker.accepted + (world.eos_checker.accepted if world.eos else 0),
+        commits_rejected=world.commit_checker.rejected + (world.eos_checker.rejected if world.eos else 0),
+        coordinator_crashes=world.coordinator.crash_count, coordinator_moves=world.coordinator.moves,
+        txn_committed=world.stats.txn_committed, txn_aborted=world.stats.txn_aborted, wall_s=wall,
         trace_tail=_trace(world))
 
 

@@ -5,6 +5,12 @@ when one fires it picks its victim with the world's RNG, acts, and arms its next
 until the fault phase ends. Per-message faults (loss, lost responses, jitter) live in the
 network. `heal` ends the fault phase: the network stops dropping, partitions lift, a
 crashed coordinator comes back; members already due to restart still do.
+
+The EOS workload (issue 19) adds the input's producer: every INPUT_EVERY_MS of the fault
+phase each input partition gets 0-2 more records (none after it: the group must then
+drain what is left), and its `topic_change` fault only grows input topics (the output
+topic is left alone, and no input topic is deleted: its records would vanish from what
+exactly-once is judged against).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 from .world import World
 
 MAX_MEMBERS = 7
+INPUT_EVERY_MS = 250
 
 
 def start(world: World) -> None:
@@ -26,6 +33,18 @@ def start(world: World) -> None:
         world.schedule(rng.randint(0, 2000), "a member is launched", launch)
     for kind, act in ACTIONS.items():
         _arm(world, kind, act)
+    if world.eos:
+        world.schedule(INPUT_EVERY_MS, "input is produced", lambda: _produce_input(world))
+
+
+def _produce_input(world: World) -> None:
+    if not world.faults_on:
+        return
+    for topic, p in world.input_partitions():
+        partition = world.data.partition((topic, p))
+        n = world.rng.randint(0, 2)
+        partition.append_plain([f"{topic}:{p}:{o}" for o in range(partition.end, partition.end + n)])
+    world.schedule(world.now + INPUT_EVERY_MS, "input is produced", lambda: _produce_input(world))
 
 
 def _arm(world: World, kind: str, act) -> None:
@@ -111,6 +130,13 @@ def learn(world: World, b) -> None:
 def _topic_change(world: World) -> None:
     rng = world.rng
     topics = world.coordinator.metadata.topics
+    if world.eos:
+        name = rng.choice(sorted(t for t in world.subscription if t in topics) or ["t0"])
+        if "t1" in world.subscription and "t1" not in topics:
+            world.create_topic("t1", rng.randint(1, 4))
+        elif name in topics and topics[name].partitions < 10:
+            world.add_partitions(name, rng.randint(1, 3))
+        return
     choice = rng.random()
     if "t1" in world.subscription and "t1" not in topics:
         world.create_topic("t1", rng.randint(1, 4))

@@ -31,6 +31,8 @@ from odradek.coordinator.config import CoordinatorConfig
 from . import checkers as C
 from .cluster import SimCluster
 from .coordinator import SimTopic
+from .data import SimData
+from .eos import OUTPUT_TOPIC
 from .faults import FaultPlan
 from .member import SimMember
 from .network import Link, Network
@@ -48,6 +50,8 @@ class Stats:
         self.acquisitions = 0
         self.seen: set[tuple[str, int]] = set()
         self.member_events = 0
+        self.txn_committed = 0  # EOS workload
+        self.txn_aborted = 0
 
     def acquired(self, names) -> None:
         self.acquisitions += len(names)
@@ -61,13 +65,14 @@ class Stats:
 
 class World:
     def __init__(self, seed: int, protocol: str | None = None, *, keep_trace: bool = False) -> None:
-        from .result import PROTOCOLS
+        from .result import GROUP_PROTOCOLS, split_protocol
 
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.plan = FaultPlan.draw(rng)
-        picked = rng.choice(PROTOCOLS)  # drawn even when given, so `--protocol` replays the seed as it ran
-        self.protocol = protocol or picked
+        picked = rng.choice(GROUP_PROTOCOLS)  # drawn even when given, so `--protocol` replays the seed as it ran
+        protocol, self.eos = split_protocol(protocol)
+        self.protocol = protocol or picked  # the group protocol
         self.group_id = f"group-{seed}"
         self.now = 0
         self._seq = 0
@@ -108,9 +113,17 @@ class World:
             else None
         self.subscription = ["t0", "t1"] if rng.random() < 0.5 else ["t0"]
         self.brokers = rng.choice((2, 3))  # __consumer_offsets replicated on every one
+        if self.eos:
+            # The EOS workload (issue 19): __transaction_state partitions, the output topic,
+            # the producers' transaction timeout, the most records a transaction reads from
+            # one partition.
+            self.txn_partitions = rng.choice((1, 2, 3))
+            self.out_partitions = rng.randint(1, 4)
+            self.txn_timeout_ms = rng.choice((3000, 6000, 10_000, 20_000))
+            self.batch_max = rng.choice((1, 5, 20))
 
         self.network = Network(rng, self.plan, self.schedule)
-        self.coordinator = SimCluster(self, self.brokers)
+        self.coordinator = SimCluster(self, self.brokers, self.txn_partitions if self.eos else 0)
         self.versions = {int(k): v for k, v in negotiate(self.coordinator.supported).items()
                          if isinstance(v, int) and k in CLIENT_VERSIONS}
         self.id_names: dict[uuid.UUID, str] = {}
@@ -118,6 +131,9 @@ class World:
         self.create_topic("t0", rng.randint(1, 6))
         if "t1" in self.subscription and rng.random() < 0.6:
             self.create_topic("t1", rng.randint(1, 4))
+        self.data = SimData(lambda name: self.partition_counts([name]).get(name))
+        if self.eos:
+            self.create_topic(OUTPUT_TOPIC, self.out_partitions)
 
         self.members: dict[str, SimMember] = {}
         self._serial = 0
@@ -131,6 +147,11 @@ class World:
         self.fenced_checker = C.FencedCoordinator(self)
         self.coordinator.all_observers.append(self.fenced_checker)
         self.coordinator.failover_observers.append(self.fenced_checker)
+        self.eos_checker = C.ExactlyOnce(self) if self.eos else None
+        if self.eos_checker is not None:
+            self.checkers.append(self.eos_checker)
+            self.data.observers.append(self.eos_checker)
+            self.coordinator.observers.append(self.eos_checker)
 
     # ------------------------------------------------------------------ events
 
@@ -278,6 +299,10 @@ class World:
         topics = self.coordinator.metadata.topics
         return {n: topics[n].partitions for n in names if n in topics}
 
+    def input_partitions(self) -> list[tuple[str, int]]:
+        """EOS: the partitions of the input topics (those subscribed) that exist now."""
+        return sorted(self.subscribed_partitions())
+
     def subscribed_partitions(self) -> set[tuple[str, int]]:
         topics = self.coordinator.metadata.topics
         return {(t, p) for t in self.subscription if t in topics for p in range(topics[t].partitions)}
@@ -312,16 +337,23 @@ class World:
             return "consumer"  # a rolling upgrade does not go back
         return self.rng.choice(("consumer", "classic-cooperative"))
 
-    def start_member(self, *, instance: str | None = None, kind: str | None = None) -> SimMember:
+    def start_member(self, *, instance: str | None = None, kind: str | None = None,
+                     transactional_id: str | None = None) -> SimMember:
         self._serial += 1
         name = f"m{self._serial}"
         if self.static and instance is None:
             instance = f"instance-{self._serial}"
         kind = kind or self.member_kind()
+        eos = None
+        if self.eos:
+            # One transactional id per member process; a restart keeps it (sim/eos.py).
+            eos = {"transactional_id": transactional_id or f"{self.group_id}-txn-{self._serial}",
+                   "timeout_ms": self.txn_timeout_ms, "out_partitions": self.out_partitions,
+                   "batch_max": self.batch_max}
         m = SimMember(self, name, kind, instance_id=instance,
                       session_timeout_ms=self.session_ms, rebalance_timeout_ms=self.rebalance_ms,
                       heartbeat_interval_ms=self.heartbeat_ms, server_assignor=self.server_assignor,
-                      commit_interval_ms=self.commit_ms)
+                      commit_interval_ms=self.commit_ms, eos=eos)
         self.members[name] = m
         self.stats.member_events += 1
         self.trace(f"{name} starts ({kind}{', ' + instance if instance else ''})")
@@ -337,10 +369,11 @@ class World:
         if restart_after is not None:
             kind = self.member_kind(restart_of=m)
             self.restarts_due += 1
+            tid = m.eos.tid if m.eos is not None else None
 
             def restart() -> None:
                 self.restarts_due -= 1
-                self.start_member(instance=m.instance_id, kind=kind)
+                self.start_member(instance=m.instance_id, kind=kind, transactional_id=tid)
 
             self.schedule(self.now + restart_after, f"restart of {m.name}", restart)
 
