@@ -95,7 +95,6 @@ class SimWait:
     def __await__(self):
         if not self.done:
             yield self
-        return None
 
 
 class SimTxnCoordinator:
