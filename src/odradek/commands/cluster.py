@@ -158,6 +158,9 @@ def _up(args: argparse.Namespace) -> int:
                            (args.log_level or "INFO").upper())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C stops the cluster even when this process was started with SIGINT ignored (a
+    # parent that ignores it hands that on through fork and exec).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         cluster.start()
         print(f"etcd: {cluster.etcd.url}", flush=True)
