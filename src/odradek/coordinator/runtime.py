@@ -477,20 +477,13 @@ class CoordinatorRuntime(ShardElections):
     def submit(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int) -> Deferred:
         """Run `op` on the group's shard; the handle settles when its records are committed,
         or fails (CoordinatorUnavailable, or the writer's error) and then nothing of it stays."""
-        answer = Deferred()
-        try:
-            shard = self.active_shard(group_id)
-        except CoordinatorUnavailable as exc:
-            answer.fail(exc)
-            return answer
-        self._run_guarded(shard, op, now_ms, answer)
-        return answer
+        return self.submit_at(self.partition_for(group_id), op, now_ms, f" of group {group_id}")
 
-    def submit_at(self, partition: int, op: Callable[[Shard, int], Result], now_ms: int) -> Deferred:
+    def submit_at(self, partition: int, op: Callable[[Shard, int], Result], now_ms: int, what: str = "") -> Deferred:
         """`submit` to the shard of `partition` (an operation on the partition, not a group)."""
         answer = Deferred()
         try:
-            shard = self.active_shard_at(partition)
+            shard = self.active_shard_at(partition, what)
         except CoordinatorUnavailable as exc:
             answer.fail(exc)
             return answer

@@ -65,11 +65,10 @@ class TxnRuntime(ShardElections):
         self.write_timeout_ms = write_timeout_ms
         self.shards: dict[int, C.TxnShard] = {}
         self.deferred: dict[int, DeferredQueue] = {}
-        self.markers_in_flight: dict[str, C.MarkerJob] = {}
         # partition -> [(offset, coordinator epoch, job)]: decisions whose markers wait for that offset to commit
         self._waiting_markers: dict[int, list[tuple[int, int, C.MarkerJob]]] = {}
         # (log end, high watermark) of a partition, for a reload after a failed write
-        self.log_bounds: Callable[[int], tuple[int, int | None]] | None = None  # transactional id -> job handed to the driver
+        self.log_bounds: Callable[[int], tuple[int, int | None]] | None = None
 
     # --- shards -----------------------------------------------------------------------------
 
@@ -129,8 +128,6 @@ class TxnRuntime(ShardElections):
         shard = self.shards.pop(partition, None)
         if shard is not None:
             shard.timer.cancel_all()
-            for tid in list(shard.txns):
-                self.markers_in_flight.pop(tid, None)
             queue = self.deferred.get(partition)
             if queue is not None:
                 queue.fail_all(CoordinatorUnavailable(NOT_COORDINATOR, f"transaction shard {partition} resigned"))
@@ -164,7 +161,6 @@ class TxnRuntime(ShardElections):
     def _dispatch(self, partition: int, epoch: int, job: C.MarkerJob) -> None:
         if self.shards.get(partition) is None:
             return  # resigned before the decision committed: the next leader sends them
-        self.markers_in_flight[job.transactional_id] = job
         self.send_markers(partition, epoch, job)
 
     def _run(self, shard: C.TxnShard, op: C.Handler, now_ms: int, answer: Deferred) -> None:
@@ -218,8 +214,6 @@ class TxnRuntime(ShardElections):
 
     def complete_markers(self, partition: int, job: C.MarkerJob, now_ms: int) -> Deferred:
         """Every marker of `job` was written: write CompleteCommit/CompleteAbort."""
-        if self.markers_in_flight.get(job.transactional_id) == job:
-            del self.markers_in_flight[job.transactional_id]
         answer = Deferred()
         shard = self.shards.get(partition)
         if shard is None:
