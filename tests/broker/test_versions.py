@@ -116,7 +116,7 @@ def _txn_producer(broker):
     from odradek.broker.broker import run_now
     from odradek.transactions import coordinator as C
 
-    run_now(broker.txn_coordinator._create_topic())  # the file store never suspends
+    run_now(broker.txn_coordinator.log.create())  # the file store never suspends
     runtime = broker.txn_coordinator.runtime
     resp = runtime.submit("vtx", lambda s, now: C.init_producer_id(s, "vtx", 60000, -1, -1, 1000, now),
                           broker.clock()).result()

@@ -27,11 +27,10 @@ answers (and it then learns whether it was replaced). Answers still waiting afte
 `offsets.commit.timeout.ms` fail COORDINATOR_NOT_AVAILABLE (Kafka's write timeout, normalized as
 GroupCoordinatorService does); their records stay in the log and may still commit.
 
-Before a write, the partition must still be led here (else NOT_COORDINATOR) and, as the
-classic coordinator's acks=-1 appends did, have at least `min.insync.replicas` in its ISR
-(else COORDINATOR_NOT_AVAILABLE, Kafka's mapping of NOT_ENOUGH_REPLICAS): nothing is
-appended, and the runtime rebuilds the shard from its log, so the in-memory state is what
-the stored records say.
+Before a write, the partition must still be led here and have enough in-sync replicas
+(the rules `CoordinatorLog` holds for both coordinators, coordinator_log.py): otherwise
+nothing is appended, and the runtime rebuilds the shard from its log, so the in-memory
+state is what the stored records say.
 
 A write that the disk refuses (StorageError) is reported to the log directory's health
 and raised to the runtime as NOT_COORDINATOR (Kafka maps KafkaStorageException so): the
@@ -63,7 +62,6 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ..cluster.metadata import TopicExists
 from ..cluster.names import CONSUMER_OFFSETS
 from ..coordinator import records as R
 from ..coordinator.config import CoordinatorConfig
@@ -74,21 +72,18 @@ from ..coordinator.runtime import CoordinatorRuntime, ShardState
 from ..log.errors import StorageError
 from ..log.producer_state import SequenceError
 from ..protocol.errors import (
-    COORDINATOR_NOT_AVAILABLE,
     NONE,
-    NOT_COORDINATOR,
-    NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
     UNKNOWN_SERVER_ERROR,
 )
 from ..records.batch import CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, TRANSACTIONAL_MASK, read_header
 from ..records.codec import CodecError, encode_batch, key_values
 from ..records.control import Marker, decode_marker, encode_marker
+from .coordinator_log import SINGLE_NODE_EPOCH, CoordinatorLog
 
 log = logging.getLogger(__name__)
 
 RELOAD_BACKOFF_MS = 5_000
-SINGLE_NODE_EPOCH = 0  # the leader epoch of every __consumer_offsets partition on a single broker
 _FLAGS_AT = 22  # the low byte of a batch's attributes (base offset, length, leader epoch, magic, CRC, then int16)
 _TXN_OR_CONTROL = TRANSACTIONAL_MASK | CONTROL_MASK
 _LENGTH = struct.Struct(">i")
@@ -107,17 +102,22 @@ class GroupCoordinator:
         self.broker = broker
         self.config = CoordinatorConfig.from_properties(broker.config.extra)
         self._image_version = 0
+        # Kafka's offsets.topic.replication.factor (default 3), capped at the brokers registered
+        # when the topic is created; min ISR the broker's default.
+        self.log = CoordinatorLog(broker, CONSUMER_OFFSETS, self.config.offsets_topic_partitions,
+                                  "offsets.topic.num.partitions", self.replication_factor,
+                                  {"cleanup.policy": "compact",
+                                   "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
         self.runtime = CoordinatorRuntime(
             self.config, self._write, self.build_image(), group_overrides=self._group_overrides,
-            reader=lambda p: _read_all(self.read_partition(p)), commit_on_write=self._commits_on_write,
+            reader=lambda p: _read_all(self.read_partition(p)), commit_on_write=self.log.commits_on_write,
             serving=lambda: self.broker.metadata.lease_current(),
             write_timeout_ms=int(broker.config.extra.get("offsets.commit.timeout.ms", "5000")),
         )
-        self._creating: asyncio.Future | None = None  # the offsets topic being created
         self.load_time_ms = 0.0
         self.records_loaded = 0
         self.unavailable: dict[int, int] = {}  # shard -> when to try loading it again (ms)
-        self.epochs: dict[int, int] = {}  # offsets partitions this broker leads -> leader epoch
+        self.epochs = self.log.epochs  # offsets partitions this broker leads -> leader epoch
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -151,54 +151,18 @@ class GroupCoordinator:
         Otherwise the first FindCoordinator creates it with the brokers there are then
         (Kafka creates it on the first FindCoordinator too), so a cluster whose brokers
         start one by one does not get an offsets topic on the first broker alone."""
-        if self.broker.metadata.get(CONSUMER_OFFSETS) is None and self._creating is None and self._enough_brokers():
+        if not self.log.exists and not self.log.creating and self.log.enough_brokers():
             self.broker.replicas.spawn(self.ensure_topic())
-
-    def _enough_brokers(self) -> bool:
-        return self.broker.metadata.single_node or len(self.broker.replicas.image.brokers) >= self.replication_factor
 
     async def create_at_start(self):
         """Start-up: the offsets topic if it may be created now (see maybe_create_topic)."""
-        if self.broker.metadata.get(CONSUMER_OFFSETS) is None and self._enough_brokers():
-            await self._create_topic()
-        return self._check_topic()
+        if not self.log.exists and self.log.enough_brokers():
+            await self.log.create()
+        return self.log.check()
 
     async def ensure_topic(self):
         """The offsets topic, created if missing (one creation at a time per broker)."""
-        if self.broker.metadata.get(CONSUMER_OFFSETS) is None:
-            if self._creating is None:
-                self._creating = asyncio.ensure_future(self._create_topic())
-                self._creating.add_done_callback(lambda _f: setattr(self, "_creating", None))
-            await asyncio.shield(self._creating)
-        return self._check_topic()
-
-    async def _create_topic(self) -> None:
-        topic = self.broker.metadata.get(CONSUMER_OFFSETS)
-        if topic is None:
-            # Kafka's offsets.topic.replication.factor (default 3), here capped at the brokers
-            # registered when the topic is created.
-            rf = self.replication_factor
-            try:
-                await self.broker.create_topics_async([(CONSUMER_OFFSETS, self.config.offsets_topic_partitions, {
-                    "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                })], factors={CONSUMER_OFFSETS: rf})
-            except TopicExists:  # another broker of the cluster created it first
-                pass
-
-    def _check_topic(self):
-        topic = self.broker.metadata.get(CONSUMER_OFFSETS)
-        if topic is not None and topic.partitions != self.config.offsets_topic_partitions:
-            # Kafka never changes this after creation either: group placement depends on it.
-            raise SystemExit(
-                f"{CONSUMER_OFFSETS} has {topic.partitions} partitions but offsets.topic.num.partitions="
-                f"{self.config.offsets_topic_partitions}; the setting cannot change once the topic exists"
-            )
-        return topic
-
-    def _commits_on_write(self, partition: int) -> bool:
-        plog = self.broker.logs.opened(CONSUMER_OFFSETS, partition)
-        return plog is None or not plog.replicated
+        return await self.log.ensure()
 
     def partition_for(self, group_id: str) -> int:
         """The `__consumer_offsets` partition whose coordinator serves `group_id`."""
@@ -235,17 +199,7 @@ class GroupCoordinator:
 
     def _write(self, partition: int, records: list[R.CoordinatorRecord], now_ms: int,
                transactional: R.Transactional | None = None) -> int:
-        tp = (CONSUMER_OFFSETS, partition)
-        replicas = self.broker.replicas
-        if not replicas.is_leader(tp):
-            # KIP-848 "Fencing" of the coordinator itself: only the partition leader writes.
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition} is led elsewhere")
-        if not self.broker.metadata.lease_current():
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition}: this broker cannot "
-                                                          "count on its lease, so may have been replaced")
-        if replicas.append_error(tp, -1) == NOT_ENOUGH_REPLICAS:
-            raise CoordinatorUnavailable(COORDINATOR_NOT_AVAILABLE,
-                                         f"{CONSUMER_OFFSETS}-{partition}: fewer in-sync replicas than min.insync.replicas")
+        self.log.check_writable(partition)
         if records[0].type == R.TXN_MARKER:
             assert len(records) == 1, "a transaction marker is written alone"
             (producer_id, producer_epoch), v = records[0].key, records[0].value
@@ -263,15 +217,7 @@ class GroupCoordinator:
                 batch = bytearray(encode_batch(rows, base_offset=0, producer_id=transactional.producer_id,
                                                producer_epoch=transactional.producer_epoch, is_transactional=True))
         try:
-            plog = self.broker.logs.get(CONSUMER_OFFSETS, partition)
-            # One batch we just encoded: its header is all append needs (no client validation, no second CRC pass).
-            last = plog.append(batch, [read_header(batch)], now_ms, self.epochs.get(partition, SINGLE_NODE_EPOCH)).last_offset
-            replicas.appended(tp, plog)  # may move the high watermark at once (an ISR of one)
-            return last
-        except StorageError as exc:
-            self.broker.storage_failed(exc)
-            # GroupCoordinatorService.normalizeException: KafkaStorageException -> NOT_COORDINATOR.
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{CONSUMER_OFFSETS}-{partition}: {exc}") from exc
+            return self.log.append(partition, batch, now_ms)
         except SequenceError as exc:
             # The log fenced the producer or the marker's coordinator epoch: its code is the answer.
             code = ErrorCode.__members__.get(exc.code, UNKNOWN_SERVER_ERROR)

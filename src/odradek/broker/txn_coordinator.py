@@ -33,28 +33,24 @@ import time
 
 from ..client.errors import KafkaError
 from ..client.net import BrokerConnection
-from ..cluster.metadata import TopicExists
 from ..cluster.names import CONSUMER_OFFSETS, TRANSACTION_STATE
-from ..coordinator.errors import CoordinatorUnavailable
 from ..log.errors import StorageError
 from ..log.producer_state import SequenceError
 from ..protocol.errors import (
-    COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_EPOCH,
     KAFKA_STORAGE_ERROR,
     NONE,
-    NOT_COORDINATOR,
     NOT_ENOUGH_REPLICAS,
     NOT_LEADER_OR_FOLLOWER,
     TRANSACTION_COORDINATOR_FENCED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from ..records.batch import read_header
 from ..records.codec import CodecError, encode_batch, key_values
 from ..records.control import Marker
 from ..transactions import records as TR
 from ..transactions.coordinator import MarkerJob, TxnConfig, TxnRecord
 from ..transactions.runtime import TxnRuntime
+from .coordinator_log import CoordinatorLog
 from .replica_manager import NotServable
 
 log = logging.getLogger(__name__)
@@ -64,7 +60,6 @@ MARKER_RETRY_MS = 100
 MARKER_TIMEOUT_MS = 30_000  # per attempt: Kafka's request.timeout.ms for the marker channel
 RELOAD_BACKOFF_MS = 5_000
 MARKERS_WAIT_MS = 2_000  # how long EndTxn waits for its markers before answering anyway
-SINGLE_NODE_EPOCH = 0
 
 # Errors that end a marker job: a newer producer epoch or coordinator has decided (Kafka's
 # TransactionMarkerRequestCompletionHandler).
@@ -107,89 +102,34 @@ class TxnCoordinator:
     def __init__(self, broker) -> None:
         self.broker = broker
         props = broker.config.extra
-        self.config = TxnConfig.from_properties(props)
+        self.config = c = TxnConfig.from_properties(props)
+        # Kafka's transaction.state.log.replication.factor (3) and min ISR (2).
+        self.log = CoordinatorLog(broker, TRANSACTION_STATE, c.num_partitions, "transaction.state.log.num.partitions",
+                                  c.replication_factor, {"cleanup.policy": "compact",
+                                                         "segment.bytes": str(c.segment_bytes),
+                                                         "unclean.leader.election.enable": "false"},
+                                  min_isr=c.min_isr)
         self.runtime = TxnRuntime(
             self.config, self._write, self._send_markers, reader=lambda p: list(self.read_partition(p)),
-            commit_on_write=self._commits_on_write, serving=lambda: self.broker.metadata.lease_current(),
+            commit_on_write=self.log.commits_on_write, serving=lambda: self.broker.metadata.lease_current(),
             write_timeout_ms=int(props.get("offsets.commit.timeout.ms", "5000")),
         )
-        self.runtime.log_bounds = self._bounds
-        self.epochs: dict[int, int] = {}  # partitions led here -> leader epoch (the coordinator epoch)
+        self.runtime.log_bounds = self.log.bounds
+        self.epochs = self.log.epochs  # partitions led here -> leader epoch (the coordinator epoch)
         self.unavailable: dict[int, int] = {}  # partition -> when to try loading it again
-        self._creating: asyncio.Future | None = None
         self._connections: dict[int, BrokerConnection] = {}
         self.markers_written = 0
         self._jobs_done: dict[str, asyncio.Future] = {}  # transactional id -> its marker job finished
 
-    # --- the topic ------------------------------------------------------------------------
-
-    def _enough_brokers(self) -> bool:
-        return self.broker.metadata.single_node or \
-            len(self.broker.replicas.image.brokers) >= self.config.replication_factor
+    # --- the topic and its partitions (coordinator_log.py) -----------------------------------
 
     async def ensure_topic(self):
-        if self.broker.metadata.get(TRANSACTION_STATE) is None:
-            if self._creating is None:
-                self._creating = asyncio.ensure_future(self._create_topic())
-                self._creating.add_done_callback(lambda _f: setattr(self, "_creating", None))
-            await asyncio.shield(self._creating)
-        topic = self.broker.metadata.get(TRANSACTION_STATE)
-        if topic is not None and topic.partitions != self.config.num_partitions:
-            raise SystemExit(f"{TRANSACTION_STATE} has {topic.partitions} partitions but "
-                             f"transaction.state.log.num.partitions={self.config.num_partitions}; the setting "
-                             "cannot change once the topic exists")
-        return topic
-
-    async def _create_topic(self) -> None:
-        if self.broker.metadata.get(TRANSACTION_STATE) is not None:
-            return
-        # Kafka's transaction.state.log.replication.factor (3) and min ISR (2), capped by
-        # the placement at the brokers registered now.
-        rf = self.config.replication_factor
-        brokers = 1 if self.broker.metadata.single_node else max(len(self.broker.replicas.image.brokers), 1)
-        # A min ISR above the replicas the topic gets would refuse every write.
-        min_isr = min(self.config.min_isr, rf, brokers)
-        configs = {"cleanup.policy": "compact", "segment.bytes": str(self.config.segment_bytes),
-                   "min.insync.replicas": str(min_isr), "unclean.leader.election.enable": "false"}
-        try:
-            await self.broker.create_topics_async([(TRANSACTION_STATE, self.config.num_partitions, configs)],
-                                                  factors={TRANSACTION_STATE: rf})
-        except TopicExists:
-            pass
-
-    # --- log plumbing ---------------------------------------------------------------------
-
-    def _commits_on_write(self, partition: int) -> bool:
-        plog = self.broker.logs.opened(TRANSACTION_STATE, partition)
-        return plog is None or not plog.replicated
-
-    def _bounds(self, partition: int) -> tuple[int, int | None]:
-        plog = self.broker.logs.opened(TRANSACTION_STATE, partition)
-        if plog is None:
-            return 0, None
-        return plog.log_end_offset, (plog.high_watermark if plog.replicated else None)
+        return await self.log.ensure()
 
     def _write(self, partition: int, records: list[TxnRecord], now_ms: int) -> int:
-        tp = (TRANSACTION_STATE, partition)
-        replicas = self.broker.replicas
-        if not replicas.is_leader(tp):
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{TRANSACTION_STATE}-{partition} is led elsewhere")
-        if not self.broker.metadata.lease_current():
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{TRANSACTION_STATE}-{partition}: this broker cannot "
-                                                          "count on its lease, so may have been replaced")
-        if replicas.append_error(tp, -1) == NOT_ENOUGH_REPLICAS:
-            raise CoordinatorUnavailable(COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE}-{partition}: fewer "
-                                         "in-sync replicas than min.insync.replicas")
+        self.log.check_writable(partition)
         rows = [(i, now_ms, *TR.encode(r.transactional_id, r.txn)) for i, r in enumerate(records)]
-        batch = bytearray(encode_batch(rows, base_offset=0))
-        try:
-            plog = self.broker.logs.get(*tp)
-            last = plog.append(batch, [read_header(batch)], now_ms, self.epochs.get(partition, SINGLE_NODE_EPOCH))
-            replicas.appended(tp, plog)
-            return last.last_offset
-        except StorageError as exc:
-            self.broker.storage_failed(exc)
-            raise CoordinatorUnavailable(NOT_COORDINATOR, f"{TRANSACTION_STATE}-{partition}: {exc}") from exc
+        return self.log.append(partition, bytearray(encode_batch(rows, base_offset=0)), now_ms)
 
     def read_partition(self, partition: int):
         plog = self.broker.logs.get(TRANSACTION_STATE, partition)
@@ -208,7 +148,7 @@ class TxnCoordinator:
         started = time.perf_counter()
         try:
             ok = self.runtime.finish_election(partition, epoch, lambda: self.runtime.reader(partition), now_ms,
-                                              *self._bounds(partition))
+                                              *self.log.bounds(partition))
         except (StorageError, CodecError, ValueError) as exc:
             log.error("transaction coordinator shard %s-%d is unavailable: %s", TRANSACTION_STATE, partition, exc)
             self.unavailable[partition] = now_ms + RELOAD_BACKOFF_MS

@@ -17,7 +17,8 @@ offsets.commit.timeout.ms, as GroupCoordinatorService normalizes it).
 `ShardElections` is a base class: the group runtime (coordinator/runtime.py) and the
 transaction runtime (transactions/runtime.py) provide `shards` (partition -> a shard with
 `last_written_offset` and `last_committed_offset`), `deferred` (partition ->
-DeferredQueue), `serving`, `commit_on_write` and `write_timeout_ms`.
+DeferredQueue), `serving`, `commit_on_write` and `write_timeout_ms`, and `_committed`: what
+the runtime does when a partition's committed offset moves, before its answers are released.
 """
 
 from __future__ import annotations
@@ -126,6 +127,26 @@ class ShardElections:
     def _commits_on_write(self, partition: int) -> bool:
         c = self.commit_on_write
         return c if isinstance(c, bool) else c(partition)
+
+    def complete_up_to(self, partition: int, committed_offset: int, now_ms: int | None = None) -> int:
+        """The partition's log is committed up to `committed_offset` (single node: its end;
+        cluster: the high watermark, which the driver reports with the time it moved): release
+        the answers waiting for it. Returns how many. Progress restarts the write timeout."""
+        shard = self.shards.get(partition)
+        if shard is None:
+            self._stalled.pop(partition, None)
+            return 0
+        self._committed(partition, shard, committed_offset)
+        released = self.deferred[partition].complete_up_to(committed_offset)
+        if shard.last_committed_offset >= shard.last_written_offset:
+            self._stalled.pop(partition, None)
+        elif now_ms is not None:
+            self._stalled[partition] = now_ms
+        return released
+
+    def _committed(self, partition: int, shard, committed_offset: int) -> None:
+        """What a runtime does first when its partition's committed offset moves."""
+        raise NotImplementedError
 
     def fail_stalled_writes(self, now_ms: int) -> list[tuple[int, int]]:
         """Kafka's write timeout: REQUEST_TIMED_OUT, which GroupCoordinatorService answers

@@ -420,21 +420,8 @@ class CoordinatorRuntime(ShardElections):
         else:
             self.deferred[shard.partition].add(shard.last_written_offset, on_commit, on_fail)
 
-    def complete_up_to(self, partition: int, committed_offset: int, now_ms: int | None = None) -> int:
-        """The partition's log is committed up to `committed_offset` (single node: its end;
-        cluster: the high watermark, which the driver reports with the time it moved): release
-        the answers waiting for it. Returns how many. Progress restarts the write timeout."""
-        shard = self.shards.get(partition)
-        if shard is None:
-            self._stalled.pop(partition, None)
-            return 0
+    def _committed(self, partition: int, shard: Shard, committed_offset: int) -> None:
         shard.commit_up_to(committed_offset)
-        released = self.deferred[partition].complete_up_to(committed_offset)
-        if shard.last_committed_offset >= shard.last_written_offset:
-            self._stalled.pop(partition, None)
-        elif now_ms is not None:
-            self._stalled[partition] = now_ms
-        return released
 
     def loaded_up_to(self, partition: int, log_end_offset: int, high_watermark: int, now_ms: int) -> None:
         """A replicated partition's load ends at its log end, committed up to its high

@@ -222,19 +222,9 @@ class TxnRuntime(ShardElections):
         self._run(shard, lambda s, now: C.complete(s, job, now), now_ms, answer)
         return answer
 
-    def complete_up_to(self, partition: int, committed_offset: int, now_ms: int | None = None) -> int:
-        shard = self.shards.get(partition)
-        if shard is None:
-            self._stalled.pop(partition, None)
-            return 0
+    def _committed(self, partition: int, shard: C.TxnShard, committed_offset: int) -> None:
         shard.last_committed_offset = max(shard.last_committed_offset, min(committed_offset, shard.last_written_offset))
         self._release_markers(partition, committed_offset)
-        released = self.deferred[partition].complete_up_to(committed_offset)
-        if shard.last_committed_offset >= shard.last_written_offset:
-            self._stalled.pop(partition, None)
-        elif now_ms is not None:
-            self._stalled[partition] = now_ms
-        return released
 
     # --- timers -----------------------------------------------------------------------------
 
