@@ -13,10 +13,14 @@ from confluent_kafka.admin import AdminClient
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_cluster_up_prints_a_working_bootstrap_and_stops_everything_on_ctrl_c(tmp_path):
+# A shell's background job (`make test &`, nohup, CI runners) starts with SIGINT ignored and
+# hands that on through exec; Ctrl-C must still stop the cluster then.
+@pytest.mark.parametrize("parent_sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_cluster_up_prints_a_working_bootstrap_and_stops_everything_on_ctrl_c(tmp_path, parent_sigint):
     proc = subprocess.Popen([sys.executable, "-m", "odradek", "--log-level", "WARNING", "cluster", "up",
                              "--brokers", "2", "--racks", "x,y", "--port", "0", "--data-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, parent_sigint))
     try:
         bootstrap = None
         deadline = time.monotonic() + 60
