@@ -101,6 +101,11 @@ class BrokerConfig:
     # broker attaches the cluster metadata's own dict (attach_dynamic), so a change the
     # metadata journal applies is seen here at once, and after a restart.
     dynamic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # `listeners` and its kin as given (security/listeners.py), and what they configure:
+    # the inter-broker listener first, its address also in listen_host/listen_port and
+    # advertise_host/advertise_port. Empty: one PLAINTEXT listener at listen_host:listen_port.
+    listener_props: dict[str, str] = field(default_factory=dict)
+    listeners: list = field(default_factory=list)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -158,14 +163,33 @@ class BrokerConfig:
                 out[key] = self.log_defaults.get(broker_key, setting.default) if broker_key else setting.default
         return out
 
+    def effective_listeners(self) -> list:
+        """Every listener, the inter-broker one first. listen_host/listen_port (which
+        --listen and a bound port 0 set) are the inter-broker listener's address."""
+        from .security.listeners import Listener
+
+        if not self.listeners:
+            self.listeners = [Listener("PLAINTEXT", self.listen_host, self.listen_port, "PLAINTEXT")]
+        first = self.listeners[0]
+        first.host, first.port = self.listen_host, self.listen_port
+        first.advertised_host, first.advertised_port = self.advertise_host, self.advertise_port
+        return self.listeners
+
+    def _listeners_value(self, advertised: bool) -> str:
+        out = []
+        for lst in self.listeners:
+            host, port = lst.advertised if advertised else (lst.host, lst.port)
+            out.append(f"{lst.name}://{host}:{port}")
+        return ",".join(out)
+
     def broker_configs(self) -> dict[str, str]:
         """The static broker configs (file, flags, defaults) with Kafka key names."""
         host, port = self.advertised
         out = {
             "node.id": str(self.node_id),
             "broker.id": str(self.node_id),
-            "listeners": f"PLAINTEXT://{self.listen_host}:{self.listen_port}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+            "listeners": self._listeners_value(False) or f"PLAINTEXT://{self.listen_host}:{self.listen_port}",
+            "advertised.listeners": self._listeners_value(True) or f"PLAINTEXT://{host}:{port}",
             "log.dirs": str(self.data_dir),
             "num.partitions": str(self.num_partitions),
             "default.replication.factor": str(self.default_replication_factor),
@@ -234,15 +258,26 @@ def _hostport(s: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _listener(s: str) -> tuple[str, int]:
-    # "PLAINTEXT://127.0.0.1:9092" or "127.0.0.1:9092"; the first listener wins.
-    first = s.split(",")[0].strip()
-    if "://" in first:
-        first = first.split("://", 1)[1]
-    host, _, port = first.rpartition(":")
-    if not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {first!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)  # Kafka: an empty host binds every interface
+LISTENER_KEYS = ("listeners", "advertised.listeners", "listener.security.protocol.map", "inter.broker.listener.name",
+                 "security.inter.broker.protocol")
+
+
+def _named(value: str) -> str:
+    # odradek has always taken a bare "HOST:PORT" as the PLAINTEXT listener.
+    return ",".join(item if "://" in item or not item.strip() else f"PLAINTEXT://{item.strip()}"
+                    for item in value.split(","))
+
+
+def _resolve_listeners(c: BrokerConfig) -> None:
+    from .security.listeners import parse_listeners
+
+    raw = dict(c.listener_props)
+    raw["listeners"] = _named(raw.get("listeners", "") or f"PLAINTEXT://{c.listen_host}:{c.listen_port}")
+    raw["advertised.listeners"] = _named(raw.get("advertised.listeners", ""))
+    c.listeners = parse_listeners(raw)
+    first = c.listeners[0]  # the inter-broker listener
+    c.listen_host, c.listen_port = first.host, first.port
+    c.advertise_host, c.advertise_port = first.advertised_host, first.advertised_port
 
 
 _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
@@ -264,7 +299,7 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "request.timeout.ms": lambda c, v: setattr(c, "request_timeout_ms", _positive(v)),
     "queued.max.request.bytes": lambda c, v: setattr(c, "queued_max_request_bytes", int(v)),
     "log.max.open.files": lambda c, v: setattr(c, "log_max_open_files", int(v)),
-    "listeners": lambda c, v: _set_listen(c, _listener(v)),
+    "listeners": lambda c, v: c.listener_props.__setitem__("listeners", v),
     "broker.session.timeout.ms": lambda c, v: setattr(c, "broker_session_timeout_ms", _positive(v, 1000)),
     "broker.heartbeat.interval.ms": lambda c, v: setattr(c, "broker_heartbeat_interval_ms", _positive(v)),
     "replica.lag.time.max.ms": lambda c, v: setattr(c, "replica_lag_time_max_ms", _positive(v)),
@@ -272,7 +307,7 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "replica.fetch.min.bytes": lambda c, v: setattr(c, "replica_fetch_min_bytes", _positive(v)),
     "replica.fetch.max.bytes": lambda c, v: setattr(c, "replica_fetch_max_bytes", _positive(v, 0)),
     "replica.fetch.backoff.ms": lambda c, v: setattr(c, "replica_fetch_backoff_ms", _positive(v, 0)),
-    "advertised.listeners": lambda c, v: _set_advertise(c, _listener(v)),
+    "advertised.listeners": lambda c, v: c.listener_props.__setitem__("advertised.listeners", v),
     "replica.selector.class": lambda c, v: setattr(c, "replica_selector_class", _selector(v)),
 }
 
@@ -320,14 +355,6 @@ def _ip_overrides(v: str) -> dict[str, int]:
     return out
 
 
-def _set_listen(c: BrokerConfig, hp: tuple[str, int]) -> None:
-    c.listen_host, c.listen_port = hp
-
-
-def _set_advertise(c: BrokerConfig, hp: tuple[str, int]) -> None:
-    c.advertise_host, c.advertise_port = hp
-
-
 def apply_properties(config: BrokerConfig, props: dict[str, str]) -> BrokerConfig:
     by_broker_key = BY_BROKER_KEY
     config.static_keys.update(props)
@@ -342,6 +369,10 @@ def apply_properties(config: BrokerConfig, props: dict[str, str]) -> BrokerConfi
             config.log_defaults[key] = by_broker_key[key].parse(value, name=key)
         elif key not in _ALIASES:
             config.extra[key] = value
+        if key in LISTENER_KEYS:
+            config.listener_props[key] = value
+    if any(k in props for k in LISTENER_KEYS):
+        _resolve_listeners(config)
     return config
 
 

@@ -86,7 +86,26 @@ def _bodies(topic_id, v, member=("", -1)):
                                                 "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
         65: {"transactional_ids": ["vtx"]},
         66: {"state_filters": ["Ongoing"], "producer_id_filters": [], "duration_filter": -1},
+        # SASL: on a SASL listener's connection (_session), a handshake then PLAIN's one token.
+        17: {"mechanism": "PLAIN"},
+        36: {"auth_bytes": b"\x00vu\x00vu-pw"},
+        50: {"users": None},
+        51: {"deletions": [], "upsertions": [{"name": "vu", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16,
+                                              "salted_password": b"p" * 32}]},
     }
+
+
+def _session(api_key, version):
+    """A SASL_PLAINTEXT connection at the step where `api_key` is due (None: no listener)."""
+    if api_key not in (17, 36):
+        return None
+    from odradek.security.authentication import Authenticator, SaslConfig, Session
+
+    auth = Authenticator(SaslConfig(("PLAIN",), {"vu": "vu-pw"}))
+    if api_key == 36:
+        auth.admit(17, 0)
+        auth.handshake(1, "PLAIN")
+    return Session("SASL_PLAINTEXT", auth)
 
 
 def _make_group(broker, api_key):
@@ -157,7 +176,8 @@ def test_every_advertised_version_round_trips(inproc, api_key, version):
         inproc.broker.create_topic(f"created-{version}", 1, {})
     # JoinGroup/SyncGroup can be parked until a rebalance completes: a parked answer fails fast.
     frame = request_frame(api_key, version, body, correlation_id=77)
-    response = inproc.loop.run_until_complete(asyncio.wait_for(inproc.broker.handle_frame(frame[4:]), 10))
+    response = inproc.loop.run_until_complete(
+        asyncio.wait_for(inproc.broker.handle_frame(frame[4:], "", _session(api_key, version)), 10))
     cid, parsed = parse_response(api_key, version, response)
     assert cid == 77
     errors = _error_codes(parsed)

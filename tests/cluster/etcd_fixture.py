@@ -56,7 +56,9 @@ async def eventually(check: Callable[[], Any], timeout: float = 5.0, interval: f
 
 
 def broker_info(node_id: int, rack: str | None = None) -> BrokerInfo:
-    return BrokerInfo(node_id, "127.0.0.1", 9090 + node_id, rack)
+    port = 9090 + node_id
+    return BrokerInfo(node_id, "127.0.0.1", port, rack,
+                      endpoints=(("PLAINTEXT", "127.0.0.1", port), ("SASL_SSL", "localhost", port + 100)))
 
 
 def make_backend(etcd: EtcdProcess, node_id: int, **kwargs: Any) -> EtcdBackend:

@@ -494,7 +494,11 @@ def test_the_stored_layout(etcd):
         await b1.set_configs(brokers={"": {"a": "b"}})
         async with aetcd.Client("127.0.0.1", etcd.client_port) as raw:
             kvs = {kv.key.decode(): json.loads(kv.value) for kv in await raw.get_prefix(b"/odradek/")}
-        assert kvs["/odradek/brokers/1"] == {"host": "127.0.0.1", "port": 9091, "rack": "r1"}
+        assert kvs["/odradek/brokers/1"] == {"host": "127.0.0.1", "port": 9091, "rack": "r1", "endpoints": [
+            ["PLAINTEXT", "127.0.0.1", 9091], ["SASL_SSL", "localhost", 9191]]}
+        # Every listener's address reaches the image: Metadata answers each listener's clients with its own.
+        me = b1.image().brokers[1]
+        assert me.on("SASL_SSL").port == 9191 and me.on("PLAINTEXT").port == 9091 and me.on("SSL") is None
         assert kvs["/odradek/topics/lay"] == {"id": str(b1.get("lay").topic_id), "partitions": [[1]],
                                               "configs": {"k": "v"}}
         assert kvs["/odradek/partitions/lay/0"] == {"leader": 1, "leader_epoch": 0, "isr": [1]}

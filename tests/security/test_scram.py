@@ -12,6 +12,8 @@ from odradek.security.scram import (
     ScramError,
     ScramServer,
     credential_from_salted,
+    credential_from_string,
+    credential_to_string,
     escape_name,
     new_credential,
     salted_password,
@@ -115,6 +117,7 @@ def test_a_tampered_final_message_is_refused(tamper):
     if tamper == "nonce":
         final = final.replace(",r=", ",r=X")
     elif tamper == "binding":
+        # Not compared (as in Kafka), but it is part of the signed AuthMessage: the proof fails.
         final = final.replace("c=biws", "c=" + base64.b64encode(b"y,,").decode())
     elif tamper == "proof":
         final = final[:-6] + "AAAAA="
@@ -146,3 +149,35 @@ def test_stored_credential_from_what_alter_user_scram_credentials_carries():
     salted = salted_password("SCRAM-SHA-512", "pw", salt, 4096)
     assert credential_from_salted("SCRAM-SHA-512", salt, salted, 4096) == \
         new_credential("SCRAM-SHA-512", "pw", 4096, salt)
+
+
+def test_credentials_are_stored_in_kafkas_string_form_without_the_password():
+    cred = new_credential("SCRAM-SHA-256", "pencil", 4096, RFC_SALT)
+    text = credential_to_string(cred)
+    assert text.startswith("salt=W22ZaJ0SNY7soEsUEjb6gQ==,stored_key=") and text.endswith(",iterations=4096")
+    assert "pencil" not in text
+    assert credential_from_string(text) == cred
+
+
+def test_librdkafka_2_0_nonce_quirk_is_accepted_as_kafka_accepts_it():
+    # librdkafka < 2.2 (kcat 1.7.1 here) sends "r=" + its own nonce + the combined nonce,
+    # and signs exactly that; Kafka accepts it (the nonce ends with the combined one).
+    import hashlib
+    import hmac as _hmac
+
+    store = _store({("alice", "SCRAM-SHA-256"): new_credential("SCRAM-SHA-256", "pw", 4096, RFC_SALT)})
+    server = ScramServer("SCRAM-SHA-256", store, nonce=lambda: "snonce")
+    server_first = server.step(b"n,,n=alice,r=cnonce")
+    without_proof = b"c=biws,r=cnonce" + b"cnoncesnonce"
+    auth_message = b"n=alice,r=cnonce," + server_first + b"," + without_proof
+    salted = salted_password("SCRAM-SHA-256", "pw", RFC_SALT, 4096)
+    client_key = _hmac.new(salted, b"Client Key", "sha256").digest()
+    signature = _hmac.new(hashlib.sha256(client_key).digest(), auth_message, "sha256").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature)))
+    assert server.step(without_proof + b",p=" + proof).startswith(b"v=")
+    assert server.username == "alice"
+    # A nonce that does not end with the combined one is refused.
+    other = ScramServer("SCRAM-SHA-256", store, nonce=lambda: "snonce")
+    other.step(b"n,,n=alice,r=cnonce")
+    with pytest.raises(ScramError, match="nonce"):
+        other.step(b"c=biws,r=cnoncesnonceX,p=" + proof)

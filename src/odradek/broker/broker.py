@@ -45,6 +45,7 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
+from ..security.authentication import ADMITS_API_VERSIONS, Admit
 from .errors import CloseConnection
 from .purgatory import Purgatory
 from .registry import APIS, supported_versions
@@ -123,9 +124,8 @@ class Broker:
         listens, so the registration carries the real port."""
         if self.started:
             return
-        host, port = self.config.advertised
         self.metadata.subscribe(self.replicas.on_image)
-        await self.metadata.start(BrokerInfo(self.config.node_id, host, port, self.config.rack))
+        await self.metadata.start(self.me())
         self.logs.open_all(self.metadata.topics.values(), self.topic_config)
         self.started = True
         self.replicas.on_image(None, self.metadata.image())
@@ -154,6 +154,19 @@ class Broker:
     def _check_writable(self) -> None:
         if self.logs.health.offline:
             raise LogDirOffline(f"log directory {self.config.data_dir} is offline: {self.logs.health.reason}")
+
+    def me(self) -> BrokerInfo:
+        """This broker as it registers: the inter-broker listener's address, and every
+        listener's (Metadata answers each client with the listener it came in on)."""
+        host, port = self.config.advertised
+        endpoints = tuple((lst.name, *lst.advertised) for lst in self.config.effective_listeners())
+        return BrokerInfo(self.config.node_id, host, port, self.config.rack, endpoints=endpoints)
+
+    def scram_credential(self, user: str, mechanism: str):
+        """A user's SCRAM credential from the cluster metadata, or None (SASL listeners)."""
+        from .handlers.scram_credentials import scram_credential
+
+        return scram_credential(self, user, mechanism)
 
     def storage_failed(self, exc: StorageError) -> None:
         """Every StorageError a handler meets goes here: the log directory's health decides."""
@@ -285,12 +298,16 @@ class Broker:
 
     # --- requests --------------------------------------------------------------------
 
-    async def handle_frame(self, frame: bytes, client_host: str = "") -> bytes | None:
+    async def handle_frame(self, frame: bytes, client_host: str = "", session=None) -> bytes | None:
+        auth = session.auth if session is not None else None
+        if auth is not None and auth.legacy:
+            return self._legacy_sasl_token(frame, auth)
         try:
             request = parse_request(frame, self.supported)
             request.client_host = client_host
+            request.session = session
         except UnsupportedVersionError as exc:
-            if exc.api_key == 18:
+            if exc.api_key == 18 and (auth is None or auth.state in ADMITS_API_VERSIONS):
                 from .handlers.api_versions import unsupported_version_response
 
                 return unsupported_version_response(self, exc.correlation_id)
@@ -299,7 +316,22 @@ class Broker:
         except RequestParseError as exc:
             log.info("closing connection: %s", exc)
             raise CloseConnection(str(exc)) from exc
+        if auth is not None:
+            # Nothing reaches a handler before the client authenticated (security/authentication.py).
+            admit = auth.admit(request.api_key, self.clock())
+            if admit is Admit.CLOSE or admit is Admit.REFUSE:
+                # Kafka answers REFUSE with ILLEGAL_SASL_STATE in the request's own response
+                # before closing; odradek closes without it (README "Security").
+                raise CloseConnection(f"{APIS[request.api_key].name} not allowed in SASL state {auth.state.value}")
         return await self.handle_request(request)
+
+    def _legacy_sasl_token(self, frame: bytes, auth) -> bytes:
+        """After SaslHandshake v0 a frame is a raw SASL token, answered by a raw,
+        size-prefixed token; a failure closes the connection without an answer (Kafka)."""
+        answer = auth.token(bytes(frame), self.clock())
+        if answer.error_code:
+            raise CloseConnection(f"SASL authentication failed: {answer.error_message}")
+        return len(answer.auth_bytes).to_bytes(4, "big") + answer.auth_bytes
 
     async def handle_request(self, request: Request) -> bytes | None:
         api = APIS[request.api_key]

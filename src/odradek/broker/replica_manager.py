@@ -145,12 +145,12 @@ class ReplicaManager:
 
     # --- the cluster as clients see it ---------------------------------------------------
 
-    def brokers(self) -> list[BrokerInfo]:
-        """The live brokers, this one with its advertised address as it listens now."""
-        host, port = self.broker.config.advertised
-        me = BrokerInfo(self.node_id, host, port, self.broker.config.rack)
+    def brokers(self, listener: str | None = None) -> list[BrokerInfo]:
+        """The live brokers, this one with its advertised address as it listens now, as
+        clients of `listener` reach them (those without that listener left out)."""
         others = [b for b in self.image.brokers.values() if b.node_id != self.node_id]
-        return sorted([me, *others], key=lambda b: b.node_id)
+        found = (b.on(listener) for b in [self.broker.me(), *others])
+        return sorted((b for b in found if b is not None), key=lambda b: b.node_id)
 
     def controller(self) -> int:
         """DescribeCluster/Metadata controller id: the etcd-elected controller (this node

@@ -28,6 +28,8 @@ import time
 
 from ..protocol.framing import CLOSED, NEED_DATA, RemoteProtocolError
 from . import maintenance
+from ..security.authentication import Authenticator, SaslConfig, Session, sasl_config
+from ..security.tls import peer_principal, server_context
 from .broker import Broker
 from .connections import READ_SIZE, UNSENT_HIGH, ConnectionState, ConnectionTable, Limits
 from .errors import CloseConnection
@@ -40,8 +42,10 @@ __all__ = ["READ_SIZE", "BrokerServer", "run_broker"]
 class _Connection(asyncio.BufferedProtocol):
     """The transport side of one connection; its state lives in a ConnectionState."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, listener=None) -> None:
         self.server = server
+        self.listener = listener
+        self.session: Session | None = None
         self.transport: asyncio.Transport | None = None
         self.state: ConnectionState | None = None
         self.task: asyncio.Task | None = None
@@ -71,6 +75,7 @@ class _Connection(asyncio.BufferedProtocol):
         state.owner = self
         self.state = state
         self.client_host = f"/{host}" if self.peer else ""
+        self.session = self.server.session_for(self.listener, transport)
         # Responses queued beyond UNSENT_HIGH mute the connection (pause_writing below).
         transport.set_write_buffer_limits(high=UNSENT_HIGH)
         server._conns.add(self)
@@ -200,7 +205,7 @@ class _Connection(asyncio.BufferedProtocol):
                 if pool._changed:
                     self.server._apply_pool()
                 try:
-                    response = await broker.handle_frame(frame, self.client_host)
+                    response = await broker.handle_frame(frame, self.client_host, self.session)
                 finally:
                     state.frame_done(clock())
                     if pool._changed:
@@ -218,7 +223,13 @@ class _Connection(asyncio.BufferedProtocol):
                     # measured with 20 such clients). Costs a loop iteration per frame
                     # only when frames are pipelined, where it is cheap next to a request.
                     await asyncio.sleep(0)
-        except (RemoteProtocolError, CloseConnection) as exc:
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            if exc.response is not None:
+                if exc.delay_s:
+                    await asyncio.sleep(exc.delay_s)
+                self._write(exc.response)
+        except RemoteProtocolError as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
         except asyncio.CancelledError:
             pass
@@ -233,6 +244,9 @@ class BrokerServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.server: asyncio.AbstractServer | None = None
+        self.servers: list[asyncio.AbstractServer] = []  # one per listener, the inter-broker one first
+        self.ports: dict[str, int] = {}  # listener name -> bound port
+        self._sasl: dict[str, SaslConfig] = {}  # SASL listeners' settings
         self._conns: set[_Connection] = set()
         self._maintenance: list[asyncio.Task] = []
         self.port: int | None = None
@@ -250,10 +264,20 @@ class BrokerServer:
         limits = Limits.from_config(cfg, _resolve_overrides(cfg.max_connections_per_ip_overrides))
         self.table = ConnectionTable(limits)
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: _Connection(self), cfg.listen_host, cfg.listen_port)
-        self.port = self.server.sockets[0].getsockname()[1]
-        if cfg.listen_port == 0:
-            cfg.listen_port = self.port
+        props = {**cfg.extra, **cfg.listener_props}
+        for listener in cfg.effective_listeners():
+            # Settings are checked before anything listens: a bad keystore or JAAS entry
+            # stops the broker at start-up, as Kafka's does.
+            context = server_context(props, listener) if listener.tls else None
+            if listener.sasl:
+                self._sasl[listener.name] = sasl_config(props, listener, self.broker.scram_credential)
+            server = await loop.create_server(lambda lst=listener: _Connection(self, lst), listener.host,
+                                              listener.port, ssl=context)
+            listener.port = self.ports[listener.name] = server.sockets[0].getsockname()[1]
+            self.servers.append(server)
+        self.server = self.servers[0]
+        self.port = self.ports[cfg.effective_listeners()[0].name]
+        cfg.listen_port = self.port
         # Join the cluster now that the port is known (the registration carries it).
         await self.broker.start()
         self._maintenance = [
@@ -274,6 +298,15 @@ class BrokerServer:
             # Kafka SocketServer: connections.max.idle.ms; odradek: request.timeout.ms.
             asyncio.create_task(self._every(limits.check_interval(), self._expire)),
         ]
+
+    def session_for(self, listener, transport) -> Session:
+        """A new connection's session: on SASL listeners authentication starts; on SSL
+        ones the principal is the client certificate's subject (security/tls.py)."""
+        if listener is None or listener.protocol == "PLAINTEXT":
+            return Session(listener.name if listener else "PLAINTEXT")
+        if listener.sasl:
+            return Session(listener.name, Authenticator(self._sasl[listener.name]))
+        return Session(listener.name, Authenticator(None, peer_principal(transport.get_extra_info("ssl_object"))))
 
     async def _every(self, seconds: float, fn) -> None:
         while True:
@@ -316,16 +349,16 @@ class BrokerServer:
         self._apply_pool()
 
     async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers:
+            server.close()
         tasks = list(self.connections)
         for t in tasks + self._maintenance:
             t.cancel()
         await asyncio.gather(*tasks, *self._maintenance, return_exceptions=True)
         for conn in list(self._conns):
             conn.abort()
-        if self.server is not None:
-            await self.server.wait_closed()
+        for server in self.servers:
+            await server.wait_closed()
         await self.broker.stop()
 
 
@@ -363,6 +396,9 @@ async def run_broker(broker: Broker, ready: asyncio.Event | None = None) -> None
         loop.add_signal_handler(sig, stop.set)
     host, port = broker.config.listen_host, server.port
     log.info("odradek broker %d listening on %s:%d, data in %s", broker.config.node_id, host, port, broker.config.data_dir)
+    for listener in broker.config.effective_listeners()[1:]:
+        log.info("listener %s (%s) on %s:%d", listener.name, listener.protocol, listener.host, listener.port)
+        print(f"odradek listener {listener.name} ({listener.protocol}) on {listener.host}:{listener.port}", flush=True)
     print(f"odradek broker listening on {host}:{port}", flush=True)
     if ready is not None:
         ready.set()

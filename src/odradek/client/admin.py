@@ -143,8 +143,10 @@ def _check_all(pairs, what: str) -> None:
 
 class AsyncAdmin:
     def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "odradek-admin",
-                 request_timeout_ms: int = 30000, client: Client | None = None) -> None:
-        self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms)
+                 request_timeout_ms: int = 30000, client: Client | None = None,
+                 security: dict | None = None) -> None:
+        self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                       security=security)
         self._own_client = client is None
         self.timeout_ms = request_timeout_ms
 

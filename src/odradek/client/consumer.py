@@ -103,7 +103,7 @@ class AsyncConsumer:
                  group_remote_assignor: str | None = None, request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
                  isolation_level: str = "read_committed", check_crcs: bool = True,
-                 client: Client | None = None) -> None:
+                 client: Client | None = None, security: dict | None = None) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(f"auto_offset_reset must be one of {RESETS}, not {auto_offset_reset!r}")
         if isolation_level not in ISOLATION_LEVELS:
@@ -132,7 +132,8 @@ class AsyncConsumer:
         self.remote_assignor = group_remote_assignor
         self.isolation_level = ISOLATION_LEVELS[isolation_level]
         self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
-                                       retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms)
+                                       retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms,
+                                       security=security)
         self._own_client = client is None
         self.positions = Positions(check_crcs)
         # The application's side of the group member (lost, revoke, assign; positions of

@@ -32,12 +32,14 @@ from .errors import (
     KafkaTimeoutError,
     UnsupportedApiError,
 )
+from .security import ClientSecurity
 from .versions import Api, negotiate
 from .wire import WireConnection
 
 log = logging.getLogger(__name__)
 
 Body = dict | Callable[[int], dict]
+PLAINTEXT = ClientSecurity()
 
 
 def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -59,8 +61,11 @@ def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
 class BrokerConnection:
     """One TCP connection to one broker, with negotiated API versions."""
 
-    def __init__(self, host: str, port: int, client_id: str, request_timeout: float) -> None:
+    def __init__(self, host: str, port: int, client_id: str, request_timeout: float,
+                 security: ClientSecurity | None = None) -> None:
         self.host, self.port = host, port
+        self.security = security or PLAINTEXT
+        self.reauth_at: float | None = None  # KIP-368: replace the connection from then on
         self.wire = WireConnection(client_id)
         self.request_timeout = request_timeout
         self.versions: dict[int, int | UnsupportedApiError] = {}
@@ -73,14 +78,15 @@ class BrokerConnection:
 
     async def open(self, timeout: float) -> None:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), timeout)
+            self._reader, self._writer = await asyncio.wait_for(self._connect(), timeout)
         except (TimeoutError, OSError) as exc:
             self.closed = True
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate()
+            if self.security.sasl:
+                await self._authenticate()
         except BaseException as exc:
             self.close(exc if isinstance(exc, KafkaError) else None)  # do not leak the socket
             raise
@@ -104,11 +110,41 @@ class BrokerConnection:
                 raise KafkaError(resp.error_code, f"ApiVersions from {self.host}:{self.port}")
         self.versions = negotiate({int(a.api_key): (int(a.min_version), int(a.max_version)) for a in resp.api_keys})
 
+    def _connect(self):
+        s = self.security
+        if not s.tls:
+            return asyncio.open_connection(self.host, self.port)
+        return asyncio.open_connection(self.host, self.port, ssl=s.ssl_context, server_hostname=self.host)
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism is done (client/security.py)."""
+        mechanism = self.security.mechanism
+        resp = await self._send(Api.SASL_HANDSHAKE, self.version(Api.SASL_HANDSHAKE), {"mechanism": mechanism})
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError(resp.error_code, f"{self.host}:{self.port} does not offer SASL/{mechanism} "
+                                              f"(it offers {', '.join(resp.mechanisms)})")
+        exchange = self.security.exchange()
+        token: bytes | None = exchange.first()
+        lifetime = 0.0
+        while token is not None:
+            resp = await self._send(Api.SASL_AUTHENTICATE, self.version(Api.SASL_AUTHENTICATE), {"auth_bytes": token})
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError(resp.error_code, resp.error_message or f"SASL/{mechanism} authentication failed")
+            session = getattr(resp, "session_lifetime", None)
+            lifetime = session.total_seconds() if session is not None else 0.0
+            token = exchange.step(bytes(resp.auth_bytes))
+        self.reauth_at = time.monotonic() + 0.9 * lifetime if lifetime > 0 else None
+
+    @property
+    def expiring(self) -> bool:
+        """KIP-368: the session is near its end; a fresh connection authenticates again."""
+        return self.reauth_at is not None and time.monotonic() >= self.reauth_at
+
     async def _reopen(self) -> None:
         self.close(None)
         self.closed = False
         self.wire = WireConnection(self.wire.client_id)
-        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self._reader, self._writer = await self._connect()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     def version(self, api: int) -> int:
@@ -186,8 +222,11 @@ class Client:
 
     def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "odradek",
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
-                 retries: int = 10, metadata_max_age_ms: int = 300000, connect_timeout_ms: int = 10000) -> None:
+                 retries: int = 10, metadata_max_age_ms: int = 300000, connect_timeout_ms: int = 10000,
+                 security: ClientSecurity | dict | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        # Kafka's client properties (security.protocol, sasl.*, ssl.*) or a ClientSecurity.
+        self.security = security if isinstance(security, ClientSecurity) else ClientSecurity.from_properties(security)
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
@@ -220,11 +259,13 @@ class Client:
     async def connection(self, node: Any) -> BrokerConnection:
         conn = self._conns.get(node)
         if conn is not None and not conn.closed:
-            return conn
+            if not (conn.expiring and not conn._waiters):
+                return conn
+            conn.close(None)  # KIP-368: authenticate afresh before the broker's session ends
         task = self._opening.get(node)
         if task is None:
             host, port = self._address(node)
-            conn = BrokerConnection(host, port, self.client_id, self.request_timeout)
+            conn = BrokerConnection(host, port, self.client_id, self.request_timeout, self.security)
 
             async def opener() -> BrokerConnection:
                 try:

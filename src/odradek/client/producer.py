@@ -86,7 +86,8 @@ class AsyncProducer:
                  max_request_size: int = 1048576, client_id: str = "odradek-producer",
                  enable_idempotence: bool = True, max_buffered_records: int = 100_000,
                  transactional_id: str | None = None, transaction_timeout_ms: int = 60000,
-                 max_block_ms: int = 60000, client: Client | None = None) -> None:
+                 max_block_ms: int = 60000, client: Client | None = None,
+                 security: dict | None = None) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         if transactional_id is not None and (not enable_idempotence or ACKS[acks] != -1):
@@ -107,7 +108,7 @@ class AsyncProducer:
         self.request_timeout_ms = request_timeout_ms
         self.max_request_size = max_request_size
         self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
-                                       retry_backoff_ms=retry_backoff_ms)
+                                       retry_backoff_ms=retry_backoff_ms, security=security)
         self._own_client = client is None
         self.acc = Accumulator(batch_size, linger_ms)
         # send() waits while this many records are undelivered (Java blocks on buffer.memory).

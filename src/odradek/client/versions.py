@@ -34,12 +34,14 @@ class Api(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DELETE_TOPICS = 20
     DELETE_GROUPS = 42
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -63,6 +65,8 @@ CLIENT_VERSIONS: dict[Api, tuple[int, int]] = {
     Api.DESCRIBE_GROUPS: (0, 5),
     Api.LIST_GROUPS: (0, 5),
     Api.API_VERSIONS: (0, 3),
+    Api.SASL_HANDSHAKE: (1, 1),  # v1: tokens in SaslAuthenticate (v0's raw frames are not spoken)
+    Api.SASL_AUTHENTICATE: (0, 2),  # v1+: the session lifetime (KIP-368)
     Api.CREATE_TOPICS: (2, 7),
     Api.INIT_PRODUCER_ID: (0, 4),
     # KIP-320 position validation; v3 is the first with replica_id (-1: a consumer, whose

@@ -74,7 +74,8 @@ class MetadataBackend(Protocol):
                              assignments: dict[str, list[tuple[int, ...]]] | None = None) -> None: ...
     async def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                           brokers: dict[str, dict[str, str]] | None = None,
-                          groups: dict[str, dict[str, str]] | None = None) -> None: ...
+                          groups: dict[str, dict[str, str]] | None = None,
+                          users: dict[str, dict[str, str]] | None = None) -> None: ...
     async def allocate_producer_id(self) -> int: ...
     async def alter_partition(self, tp: TopicPartition, expected: PartitionState,
                               new: PartitionState) -> PartitionState: ...
@@ -121,6 +122,11 @@ class MirroredReads:
     @property
     def broker_configs(self) -> dict[str, dict[str, str]]:
         return self._registry.broker_configs
+
+    @property
+    def user_scram(self) -> dict[str, dict[str, str]]:
+        """SCRAM credentials: user -> {mechanism: credential string} (security/scram.py)."""
+        return self._registry.user_scram
 
     def get(self, name: str) -> Topic | None:
         return self._registry.get(name)
@@ -208,8 +214,8 @@ class FileBackend(MirroredReads):
         self.store.set_partitions_many(counts)
         self._publish(list(counts))
 
-    async def set_configs(self, topics=None, brokers=None, groups=None) -> None:
-        self.store.set_configs(topics=topics, brokers=brokers, groups=groups)
+    async def set_configs(self, topics=None, brokers=None, groups=None, users=None) -> None:
+        self.store.set_configs(topics=topics, brokers=brokers, groups=groups, users=users)
 
     async def allocate_producer_id(self) -> int:
         return self.store.allocate_producer_id()

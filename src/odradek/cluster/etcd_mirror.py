@@ -29,6 +29,7 @@ Key layout (JSON values), the ZooKeeper layout of Kafka 2.x/3.x moved onto etcd
                                 (ZK: .../partitions/<p>/state and its version)
     group_configs/<group>       {key: value}  (names encoded by `_encode_name`)
     broker_configs/<resource>   {key: value}; "" (the cluster default) is "-default"
+    user_scram/<user>           {mechanism: "salt=..,stored_key=..,server_key=..,iterations=N"}
     producer_ids                {block_end}: blocks of 1000 handed out by compare-and-set
 
 A partition is in the image only while both its topic key and its state key exist: a
@@ -160,6 +161,7 @@ class EtcdMirror(TopicRegistry):
         self.cluster_id = ""
         self.group_configs: dict[str, dict[str, str]] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
+        self.user_scram: dict[str, dict[str, str]] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller = (-1, 0, 0)  # node id, epoch (create_revision), lease
         self.assign: dict[str, list[tuple[int, ...]]] = {}
@@ -185,7 +187,7 @@ class EtcdMirror(TopicRegistry):
         return self.key("partitions", tp[0], str(tp[1]))
 
     def config_key(self, kind: str, resource: str) -> bytes:
-        """`kind` is "group_configs" or "broker_configs"."""
+        """`kind` is "group_configs", "broker_configs" or "user_scram"."""
         return self.key(kind, _encode_name(resource))
 
     def _mirrored_keys(self) -> list[bytes]:
@@ -193,6 +195,7 @@ class EtcdMirror(TopicRegistry):
         keys += [self.topic_key(n) for n in self.topics] + [self.part_key(tp) for tp in self.raw_states]
         keys += [self.config_key("group_configs", g) for g in self.group_configs]
         keys += [self.config_key("broker_configs", r) for r in self.broker_configs]
+        keys += [self.config_key("user_scram", u) for u in self.user_scram]
         if self.controller[0] != -1:
             keys.append(self.key("controller"))
         if self.producer_block_end:
@@ -249,8 +252,9 @@ class EtcdMirror(TopicRegistry):
                 else:
                     self.raw_states.pop(tp, None)
                 self._set_part(tp)
-            elif kind in ("group_configs", "broker_configs"):
-                target = self.group_configs if kind == "group_configs" else self.broker_configs
+            elif kind in ("group_configs", "broker_configs", "user_scram"):
+                target = {"group_configs": self.group_configs, "broker_configs": self.broker_configs,
+                          "user_scram": self.user_scram}[kind]
                 if put:
                     target[_decode_name(rest)] = {str(k): str(v) for k, v in doc.items()}
                 else:
@@ -269,8 +273,9 @@ class EtcdMirror(TopicRegistry):
             self.brokers.pop(node_id, None)
         else:
             rack = doc.get("rack")
+            endpoints = tuple((str(n), str(h), int(p)) for n, h, p in doc.get("endpoints", ()))
             self.brokers[node_id] = BrokerInfo(node_id, str(doc["host"]), int(doc["port"]),
-                                               None if rack is None else str(rack), kv.create_revision)
+                                               None if rack is None else str(rack), kv.create_revision, endpoints)
         self.dirty = True
 
     def _apply_topic(self, name: str, doc: Any, kv: Any) -> None:
@@ -398,8 +403,11 @@ class EtcdMirror(TopicRegistry):
         return ([_cmp_mod(self.topic_key(t), self.topic_revs[t][1]) for t in configs],
                 [self.put_topic(t, self.topics[t].topic_id, self.assign[t], c) for t, c in configs.items()])
 
-    def config_ops(self, brokers: dict[str, dict[str, str]], groups: dict[str, dict[str, str]]) -> list[Any]:
-        """Replace dynamic broker configs and group overrides; an empty dict deletes one."""
+    def config_ops(self, brokers: dict[str, dict[str, str]], groups: dict[str, dict[str, str]],
+                   users: dict[str, dict[str, str]] | None = None) -> list[Any]:
+        """Replace dynamic broker configs, group overrides and users' SCRAM credentials; an
+        empty dict deletes one."""
         return [_put(key, dict(configs)) if configs else _delete(key)
-                for kind, entries in (("broker_configs", brokers), ("group_configs", groups))
+                for kind, entries in (("broker_configs", brokers), ("group_configs", groups),
+                                      ("user_scram", users or {}))
                 for key, configs in ((self.config_key(kind, r), c) for r, c in entries.items())]

@@ -343,7 +343,8 @@ class EtcdBackend(MirroredReads):
         is revoked so the new registration, and epoch, take effect at once."""
         assert self._me is not None
         key = self.mirror.key("brokers", str(self.node_id))
-        doc = {"host": self._me.host, "port": self._me.port, "rack": self._me.rack}
+        doc = {"host": self._me.host, "port": self._me.port, "rack": self._me.rack,
+               "endpoints": [list(e) for e in self._me.endpoints]}
         sent = self._clock()
         lease = await self._call("lease grant", lambda c: c.lease(self.lease_ttl_s))
         for _ in range(CAS_RETRIES):
@@ -652,16 +653,18 @@ class EtcdBackend(MirroredReads):
 
     async def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                           brokers: dict[str, dict[str, str]] | None = None,
-                          groups: dict[str, dict[str, str]] | None = None) -> None:
+                          groups: dict[str, dict[str, str]] | None = None,
+                          users: dict[str, dict[str, str]] | None = None) -> None:
         """Replace topic overrides (compare-and-set on each topic key), dynamic broker
-        configs and group overrides; an empty dict deletes a broker or group entry. One
+        configs, group overrides and users' SCRAM credentials; an empty dict deletes a
+        broker, group or user entry. One
         transaction unless etcd's op limit needs more. KeyError for an unknown topic,
         before writing."""
         topics = topics or {}
         for name in topics:
             if name not in self.topics:
                 raise KeyError(name)
-        plain = self.mirror.config_ops(brokers or {}, groups or {})
+        plain = self.mirror.config_ops(brokers or {}, groups or {}, users or {})
         names, limit = list(topics), self.max_txn_ops
         while names or plain:
             some, names = names[:limit], names[limit:]

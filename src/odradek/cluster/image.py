@@ -30,6 +30,21 @@ class BrokerInfo:
     port: int
     rack: str | None = None
     epoch: int = 0  # Kafka's broker epoch: etcd's create revision of the registration
+    # Every listener's advertised address: (name, host, port). host/port above are the
+    # inter-broker listener's. Empty (a broker registered before listeners had names):
+    # host/port serve every listener.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def on(self, listener: str | None) -> BrokerInfo | None:
+        """This broker as clients of `listener` reach it, or None when it has no such
+        listener (Kafka's MetadataCache leaves it out of their Metadata)."""
+        if listener is None or not self.endpoints:
+            return self
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return self if (host, port) == (self.host, self.port) else \
+                    BrokerInfo(self.node_id, host, port, self.rack, self.epoch, self.endpoints)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,9 @@ class MetadataStore(TopicRegistry):
         # "" the cluster-wide default, "<node id>" one broker. Changed in place only, so a
         # BrokerConfig attached to it (BrokerConfig.attach_dynamic) always sees the current one.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # SCRAM credentials (KIP-554): user -> {mechanism: Kafka's credential string
+        # "salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>"}; never a password.
+        self.user_scram: dict[str, dict[str, str]] = {}
         self._seq = 0  # last journal entry applied
         self._snapshot_seq = 0
         self._snapshot_bytes = 0
@@ -161,6 +164,7 @@ class MetadataStore(TopicRegistry):
         self.producer_id_block_end = int(doc.get("producer_id_block_end", 0))
         self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
         self.broker_configs.update({r: dict(c) for r, c in doc.get("broker_configs", {}).items()})
+        self.user_scram = {u: dict(c) for u, c in doc.get("user_scram", {}).items()}
         for t in doc["topics"]:
             self._add(Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {}))))
         self._seq = self._snapshot_seq = int(doc.get("journal_seq", 0))
@@ -216,6 +220,11 @@ class MetadataStore(TopicRegistry):
                 self.broker_configs[op[1]] = dict(op[2])
             else:
                 self.broker_configs.pop(op[1], None)
+        elif kind == "user_scram":
+            if op[2]:
+                self.user_scram[op[1]] = dict(op[2])
+            else:
+                self.user_scram.pop(op[1], None)
         elif kind == "producer_block":
             self.producer_id_block_end = int(op[1])
         else:
@@ -258,6 +267,7 @@ class MetadataStore(TopicRegistry):
             ],
             "group_configs": self.group_configs,
             "broker_configs": self.broker_configs,
+            "user_scram": self.user_scram,
         }
         text = json.dumps(doc, separators=(",", ":"))
         try:
@@ -303,10 +313,11 @@ class MetadataStore(TopicRegistry):
 
     def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                     brokers: dict[str, dict[str, str]] | None = None,
-                    groups: dict[str, dict[str, str]] | None = None) -> None:
+                    groups: dict[str, dict[str, str]] | None = None,
+                    users: dict[str, dict[str, str]] | None = None) -> None:
         """Replace the config overrides of topics, the dynamic configs of BROKER resources
-        ("" or a node id) and group overrides, all in one journal write (one AlterConfigs
-        request). Raises KeyError for an unknown topic (before writing), StorageError with
+        ("" or a node id), group overrides and users' SCRAM credentials (an empty dict
+        removes the entry), all in one journal write (one AlterConfigs request). Raises KeyError for an unknown topic (before writing), StorageError with
         nothing changed."""
         ops: list[list[Any]] = []
         for name, configs in (topics or {}).items():
@@ -317,6 +328,8 @@ class MetadataStore(TopicRegistry):
             ops.append(["broker_configs", resource, dict(configs)])
         for group_id, configs in (groups or {}).items():
             ops.append(["group_config", group_id, dict(configs)])
+        for user, credentials in (users or {}).items():
+            ops.append(["user_scram", user, dict(credentials)])
         if ops:
             self._commit(ops)
 

@@ -75,3 +75,11 @@ TRANSACTIONAL_ID_NOT_FOUND = ErrorCode.transactional_id_not_found
 TRANSACTION_COORDINATOR_FENCED = ErrorCode.transaction_coordinator_fenced
 UNKNOWN_PRODUCER_ID = ErrorCode.unknown_producer_id
 UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
+
+# Security (SASL, KIP-43/152/368; SCRAM credentials, KIP-554).
+DUPLICATE_RESOURCE = ErrorCode.duplicate_resource
+ILLEGAL_SASL_STATE = ErrorCode.illegal_sasl_state
+RESOURCE_NOT_FOUND = ErrorCode.resource_not_found
+SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
+UNACCEPTABLE_CREDENTIAL = ErrorCode.unacceptable_credential
+UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism

@@ -59,6 +59,7 @@ class Request:
     body: Any  # a kio request entity
     size: int  # frame size in bytes
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
+    session: Any = None  # the connection's listener and principal (security/authentication.Session)
 
     def field(self, name: str, default: Any = None) -> Any:
         """A request field, or `default` when this version does not carry it."""

@@ -29,19 +29,21 @@ not leak; PLAIN's are told as they are).
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..protocol.errors import NONE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from .plain import PlainError, authenticate_plain
 from .scram import MECHANISMS as SCRAM_MECHANISMS
 from .scram import ScramCredential, ScramError, ScramServer
+
+log = logging.getLogger(__name__)
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 ANONYMOUS = "User:ANONYMOUS"
 MIN_REAUTH_INTERVAL_MS = 1000  # Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS
 
-# error codes
-NONE, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED = 0, 33, 34, 58
 
 
 class State(enum.Enum):
@@ -52,6 +54,11 @@ class State(enum.Enum):
     COMPLETE = "complete"
     REAUTH = "reauth"  # re-authenticating after SaslHandshake (KIP-368): SaslAuthenticate only
     FAILED = "failed"
+
+
+# Where an ApiVersions of a version this broker lacks is answered UNSUPPORTED_VERSION
+# (KIP-511, so the client retries lower) without moving the state.
+ADMITS_API_VERSIONS = frozenset({State.INITIAL, State.COMPLETE})
 
 
 class Admit(enum.Enum):
@@ -109,6 +116,39 @@ class SaslConfig:
     reauth_ms: int = 0  # connections.max.reauth.ms (0: sessions never expire)
     failure_delay_ms: int = 100  # connection.failed.authentication.delay.ms
     nonce: Callable[[], str] | None = None  # SCRAM's server nonce (injected in tests)
+
+
+DEFAULT_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = frozenset(DEFAULT_MECHANISMS)
+
+
+def sasl_config(props, listener, scram: Callable[[str, str], ScramCredential | None]) -> SaslConfig:
+    """A SASL listener's settings, with Kafka's keys (each may be prefixed
+    `listener.name.<name>.`; the JAAS entry and re-authentication time by the mechanism
+    too). Kafka's default mechanism list is GSSAPI, which odradek does not have: unset, it
+    is PLAIN when a PLAIN JAAS entry is configured, and the SCRAM mechanisms."""
+    from .listeners import listener_setting
+    from .plain import plain_users
+
+    def get(key, default=None):
+        return listener_setting(props, listener, key, default)
+
+    jaas = get("plain.sasl.jaas.config")
+    given = get("sasl.enabled.mechanisms")
+    if given:
+        mechanisms = tuple(m.strip().upper() for m in given.split(",") if m.strip())
+        unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unknown:
+            raise ValueError(f"sasl.enabled.mechanisms {', '.join(unknown)}: odradek supports "
+                             f"{', '.join(DEFAULT_MECHANISMS)}")
+    else:
+        mechanisms = tuple(m for m in DEFAULT_MECHANISMS if m != "PLAIN" or jaas)
+    if "PLAIN" in mechanisms and not jaas:
+        raise ValueError("SASL/PLAIN needs its users: set listener.name.<listener>.plain.sasl.jaas.config (or "
+                         "plain.sasl.jaas.config) to a PlainLoginModule entry with user_<name>=\"<password>\"")
+    reauth = int(get("connections.max.reauth.ms", "0") or 0)
+    return SaslConfig(mechanisms, plain_users(jaas) if jaas else {}, scram, max(reauth, 0),
+                      int(props.get("connection.failed.authentication.delay.ms", "100")))
 
 
 @dataclass
@@ -215,6 +255,7 @@ class Authenticator:
         except PlainError as exc:
             return self._fail(str(exc))
         except ScramError as exc:
+            log.info("SCRAM authentication of a %s client failed: %s", mechanism, exc)  # the client sees less
             if "authorization id" in str(exc):
                 return self._fail(str(exc))  # Kafka's SaslAuthenticationException: told as it is
             return self._fail(f"Authentication failed during {'re-' if reauth else ''}authentication due to invalid "
@@ -238,5 +279,18 @@ class Authenticator:
         return TokenAnswer(SASL_AUTHENTICATION_FAILED, message, b"", close=True)
 
 
-__all__ = ["ANONYMOUS", "Admit", "Authenticator", "HandshakeAnswer", "SaslConfig", "State", "TRANSITIONS",
+@dataclass
+class Session:
+    """One client connection as the broker's handlers see it: the listener it came in on
+    and its authentication (None on a PLAINTEXT listener: User:ANONYMOUS, nothing to do)."""
+
+    listener: str = "PLAINTEXT"
+    auth: Authenticator | None = None
+
+    @property
+    def principal(self) -> str:
+        return ANONYMOUS if self.auth is None else (self.auth.principal or ANONYMOUS)
+
+
+__all__ = ["ANONYMOUS", "Session", "sasl_config", "Admit", "Authenticator", "HandshakeAnswer", "SaslConfig", "State", "TRANSITIONS",
            "TokenAnswer"]

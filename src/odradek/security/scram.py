@@ -14,8 +14,9 @@ Kafka's ScramSaslServer, which real clients are written against:
   extensions (Kafka reads "tokenauth" for delegation tokens, which odradek has not);
 - an unknown user fails at once with "Authentication failed: Invalid user credentials",
   as Kafka does (no fake salt is sent);
-- the client-final message must echo the combined nonce and the gs2 header as
-  channel binding "c=biws" ("n,," in base64); a wrong proof fails with the same text;
+- the client-final message's nonce must end with the combined nonce (librdkafka 2.0
+  sends its own nonce before it), and its channel binding is not compared, as Kafka
+  compares neither more strictly; a wrong proof fails with the same text as an unknown user;
 - the server-final message is "v=" + the server signature.
 
 Iterations: Kafka's ScramMechanism accepts 4096 to 16384.
@@ -78,6 +79,18 @@ def new_credential(mechanism: str, password: str, iterations: int = MIN_ITERATIO
                    salt: bytes | None = None) -> ScramCredential:
     salt = os.urandom(32) if salt is None else salt
     return credential_from_salted(mechanism, salt, salted_password(mechanism, password, salt, iterations), iterations)
+
+
+def credential_to_string(c: ScramCredential) -> str:
+    """Kafka's ScramCredentialUtils.credentialToString: how the cluster metadata keeps one."""
+    return (f"salt={_b64(c.salt)},stored_key={_b64(c.stored_key)},server_key={_b64(c.server_key)},"
+            f"iterations={c.iterations}")
+
+
+def credential_from_string(text: str) -> ScramCredential:
+    fields = dict(part.split("=", 1) for part in text.split(","))
+    return ScramCredential(base64.b64decode(fields["salt"]), base64.b64decode(fields["stored_key"]),
+                           base64.b64decode(fields["server_key"]), int(fields["iterations"]))
 
 
 def escape_name(name: str) -> str:
@@ -210,10 +223,13 @@ class ScramServer:
         if not sep:
             raise ScramError("Invalid SCRAM client final message")
         attrs = _attributes(without_proof)
-        if attrs.get("r") != self._server_first[2:self._server_first.index(",")]:
-            raise ScramError("Invalid SCRAM client final message: nonce mismatch")
-        if _unb64(attrs.get("c", "")) != first.gs2_header.encode():
-            raise ScramError("Invalid SCRAM client final message: channel binding mismatch")
+        combined = self._server_first[2:self._server_first.index(",")]
+        # Kafka's ScramSaslServer only checks that the nonce ends with the combined one, and
+        # librdkafka before 2.2 sends its own nonce twice ("r=" + client nonce + combined):
+        # the proof covers what was sent, so such a client authenticates against Kafka.
+        # The channel binding ("c=") is not compared either, as in Kafka.
+        if not attrs.get("r", "").endswith(combined):
+            raise ScramError("Invalid client nonce in the final client message.")
         auth_message = f"{first.bare},{self._server_first},{without_proof}".encode()
         proof = _unb64(proof_text)
         signature = _hmac(self.algo, credential.stored_key, auth_message)
@@ -266,5 +282,5 @@ class ScramClient:
             raise ScramError("Invalid SCRAM server signature")
 
 
-__all__ = ["MECHANISMS", "ScramClient", "ScramCredential", "ScramError", "ScramServer", "credential_from_salted",
+__all__ = ["MECHANISMS", "credential_from_string", "credential_to_string", "ScramClient", "ScramCredential", "ScramError", "ScramServer", "credential_from_salted",
            "new_credential", "salted_password"]

@@ -17,6 +17,8 @@ from . import (  # noqa: F401
     offsets,
     produce,
     producer_id,
+    sasl,
+    scram_credentials,
     topics,
     transactions,
     txn_offsets,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...protocol.errors import NONE
 from ...security.operations import authorized_operations
 from ..registry import api
+from .metadata import listener_of
 
 BROKERS_ENDPOINT = 1
 UNSUPPORTED_ENDPOINT_TYPE = 115
@@ -15,7 +16,7 @@ def describe_cluster(broker, request):
     endpoint_type = request.field("endpoint_type", BROKERS_ENDPOINT)
     error, message = NONE, None
     brokers = [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack, "is_fenced": False}
-               for b in broker.replicas.brokers()]
+               for b in broker.replicas.brokers(listener_of(request))]
     if endpoint_type != BROKERS_ENDPOINT:
         # A broker answers only for brokers; controllers are asked directly (KIP-919).
         error, message, brokers = UNSUPPORTED_ENDPOINT_TYPE, "this node is a broker", []

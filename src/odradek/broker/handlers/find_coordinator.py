@@ -20,13 +20,15 @@ from ...protocol.errors import (
     NONE,
 )
 from ..registry import api
+from .metadata import listener_of
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 log = logging.getLogger(__name__)
 
 
-def _lookup(broker, key: str, key_type: int) -> dict:
-    host, port = broker.config.advertised
+def _lookup(broker, key: str, key_type: int, listener: str | None = None) -> dict:
+    me = broker.me().on(listener) or broker.me()
+    host, port = me.host, me.port
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
                 "error_message": f"unknown key type {key_type}"}
@@ -48,6 +50,7 @@ def _lookup(broker, key: str, key_type: int) -> dict:
         return {"key": key, "node_id": broker.config.node_id, "host": host, "port": port, "error_code": NONE,
                 "error_message": None}
     leader = broker.replicas.image.brokers.get(state.leader)
+    leader = leader.on(listener) if leader is not None else None
     if leader is None:
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": COORDINATOR_NOT_AVAILABLE,
                 "error_message": f"the {topic} partition of {key!r} has no leader"}
@@ -73,6 +76,6 @@ async def find_coordinator(broker, request):
         except Exception as exc:  # noqa: BLE001 - the lookups answer COORDINATOR_NOT_AVAILABLE
             log.warning("could not create %s: %s", TRANSACTION_STATE, exc)
     if request.api_version >= 4:
-        return {"throttle_time": 0, "coordinators": [_lookup(broker, k, key_type) for k in body.coordinator_keys]}
-    one = _lookup(broker, body.key, key_type)
+        return {"throttle_time": 0, "coordinators": [_lookup(broker, k, key_type, listener_of(request)) for k in body.coordinator_keys]}
+    one = _lookup(broker, body.key, key_type, listener_of(request))
     return {"throttle_time": 0, **{k: v for k, v in one.items() if k != "key"}}

@@ -21,9 +21,17 @@ from ..registry import api
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def broker_entries(broker) -> list[dict]:
-    """Every live broker with its rack (librdkafka needs them all for KIP-392 and leaders)."""
-    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in broker.replicas.brokers()]
+def listener_of(request) -> str | None:
+    """The listener a request came in on (None in-process: every broker's default address)."""
+    return request.session.listener if request.session is not None else None
+
+
+def broker_entries(broker, request=None) -> list[dict]:
+    """Every live broker with its rack (librdkafka needs them all for KIP-392 and leaders),
+    at its address on the listener the request came in on."""
+    listener = listener_of(request) if request is not None else None
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in broker.replicas.brokers(listener)]
 
 
 def _partition_entry(node: int, p: int, offline: bool, state=None, live=()) -> dict:
@@ -133,7 +141,7 @@ async def metadata(broker, request):
             t["topic_authorized_operations"] = ops
     return {
         "throttle_time": 0,
-        "brokers": broker_entries(broker),
+        "brokers": broker_entries(broker, request),
         "cluster_id": broker.metadata.cluster_id,
         "controller_id": broker.replicas.controller(),
         "topics": topics,

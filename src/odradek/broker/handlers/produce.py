@@ -35,6 +35,7 @@ from ..errors import CloseConnection
 from ..registry import api
 from ..replica_manager import NotServable
 from ..slices import TimeSlice
+from .metadata import listener_of
 
 _SEQUENCE_ERRORS = {
     "out_of_order_sequence_number": OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -161,7 +162,7 @@ async def produce(broker, request):
             # Kafka closes the connection so an acks=0 producer learns something went wrong.
             raise CloseConnection("acks=0 produce failed")
         return None
-    return {"responses": responses, "throttle_time": 0, "node_endpoints": _endpoints(broker, responses)}
+    return {"responses": responses, "throttle_time": 0, "node_endpoints": _endpoints(broker, responses, listener_of(request))}
 
 
 async def _await_replicas(broker, tp, result, end: int, timeout) -> None:
@@ -173,11 +174,11 @@ async def _await_replicas(broker, tp, result, end: int, timeout) -> None:
         result["error_message"] = f"acks=all for {tp[0]}-{tp[1]}: {code.name}"
 
 
-def _endpoints(broker, responses) -> list:
+def _endpoints(broker, responses, listener: str | None) -> list:
     """Produce v10 (KIP-951): the leaders named in `current_leader`, so the client need not
     refresh its metadata to find them."""
     wanted = {p["current_leader"]["leader_id"] for t in responses for p in t["partition_responses"]
               if "current_leader" in p and p["current_leader"]["leader_id"] >= 0}
-    brokers = broker.replicas.image.brokers
+    brokers = {b.node_id: b for b in broker.replicas.brokers(listener)}
     return [{"node_id": b, "host": brokers[b].host, "port": brokers[b].port, "rack": brokers[b].rack}
             for b in sorted(wanted) if b in brokers]
