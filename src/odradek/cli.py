@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from . import commands
-from .commands import cluster, groups, kafka_scripts, pipeline, sim, stream, topics
+from .commands import acls, cluster, groups, kafka_scripts, pipeline, sim, stream, topics
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -39,15 +39,29 @@ def _broker(args: argparse.Namespace) -> int:
         "rack": args.rack,
         "metadata_url": args.metadata,
     }
-    config = load_config(args.config, overrides)
-    if args.listen:
-        config.listen_host, config.listen_port = args.listen
-    if args.advertise:
-        config.advertise_host, config.advertise_port = args.advertise
-    for item in args.override or []:
-        from .config import apply_properties, parse_properties
+    from .config import apply_properties, parse_properties
 
-        apply_properties(config, parse_properties(item))
+    try:
+        config = load_config(args.config, overrides)
+        if args.listen:
+            config.listen_host, config.listen_port = args.listen
+        if args.advertise:
+            config.advertise_host, config.advertise_port = args.advertise
+        for item in args.override or []:
+            apply_properties(config, parse_properties(item))
+        if args.secure_defaults:
+            from .security.quickstart import prepare
+
+            defaults, client_file, password = prepare(config.data_dir, config.listen_host, config.listen_port)
+            # What the user set (--config, -o) wins over the quick start's settings.
+            apply_properties(config, {k: v for k, v in defaults.items() if k not in config.static_keys})
+            print(f"odradek: --secure-defaults: SASL_SSL on {config.listen_host}:{config.listen_port}, authorizer on; "
+                  f"super user admin, password {password}", flush=True)
+            print(f"odradek: clients: --command-config {client_file} (CA certificate {client_file.parent / 'ca.pem'})",
+                  flush=True)
+    except ValueError as exc:
+        print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
+        return 2
     from .coordinator.config import CoordinatorConfig
 
     try:
@@ -63,12 +77,19 @@ def _broker(args: argparse.Namespace) -> int:
         pass
     from .cluster.backend import MetadataUnavailable
 
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except ValueError as exc:  # authorizer.class.name and the like
+        print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(run_broker(broker))
     except MetadataUnavailable as exc:
         print(f"odradek: cannot join the cluster: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # a listener's keystore, JAAS entry or SASL mechanisms, found at start-up
+        print(f"odradek: invalid security configuration: {exc}", file=sys.stderr)
+        return 2
     finally:
         broker.close()
     return 0
@@ -108,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--metadata", metavar="etcd://HOST:PORT[,HOST:PORT...]",
                    help="join a cluster whose metadata lives in etcd (default: a single broker with its own store)")
     b.add_argument("-o", "--override", action="append", metavar="KEY=VALUE", help="set one broker property")
+    b.add_argument("--secure-defaults", action="store_true",
+                   help="SASL_SSL only, a generated certificate, SCRAM and PLAIN, the authorizer on, and a generated "
+                        "admin password (kept in DATA_DIR/security)")
     b.set_defaults(func=_broker)
     common = commands.common_parser()
     topics.register(sub, common)
@@ -117,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     sim.register(sub, common)
     cluster.register(sub, common)
     kafka_scripts.register(sub, common)
+    acls.register(sub, common)
     args = parser.parse_args(argv)
     level = args.log_level or ("INFO" if args.command in ("broker", "cluster") else "WARNING")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -90,9 +90,18 @@ def _bodies(topic_id, v, member=("", -1)):
         17: {"mechanism": "PLAIN"},
         36: {"auth_bytes": b"\x00vu\x00vu-pw"},
         50: {"users": None},
+        # ACLs: on a broker with an authorizer (_make_group gives it one).
+        29: dict(ACL_FILTER),
+        30: {"creations": [{"resource_type": 2, "resource_name": "vt", "resource_pattern_type": 3,
+                            "principal": "User:a", "host": "*", "operation": 3, "permission_type": 3}]},
+        31: {"filters": [dict(ACL_FILTER)]},
         51: {"deletions": [], "upsertions": [{"name": "vu", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16,
                                               "salted_password": b"p" * 32}]},
     }
+
+
+ACL_FILTER = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+              "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
 
 
 def _session(api_key, version):
@@ -115,6 +124,10 @@ def _make_group(broker, api_key):
     from odradek.coordinator.offsets import CommitPartition, CommitRequest, commit
 
     runtime = broker.coordinator.runtime
+    if api_key in (29, 30, 31):
+        from odradek.security.acl import Authorizer
+
+        broker.authorizer = Authorizer(super_users={"User:ANONYMOUS"})
     if api_key in (15, 42, 47):
         req = CommitRequest("vg", topics=(("vt", None, (CommitPartition(0, 1),)),))
         runtime.run("vg", lambda s, now: commit(s, req, now), broker.clock())

@@ -33,11 +33,12 @@ def test_key_values_split_at_the_first_equals_sign():
 
 def test_client_config_maps_java_properties(capsys):
     props = {"bootstrap.servers": "ignored", "client.id": "me", "acks": "-1", "linger.ms": "5",
-             "enable.idempotence": "false", "ssl.truststore.location": "/x", "security.protocol": "plaintext"}
+             "enable.idempotence": "false", "buffer.memory": "1", "security.protocol": "plaintext"}
     assert client_config(props, "producer", tool="t") == {"client_id": "me", "acks": "all", "linger_ms": 5.0,
-                                                          "enable_idempotence": False}
+                                                          "enable_idempotence": False,
+                                                          "security": {"security.protocol": "plaintext"}}
     assert capsys.readouterr().err == "t: ignoring producer properties odradek's client does not support: " \
-                                      "ssl.truststore.location\n"
+                                      "buffer.memory\n"
     consumer = client_config({"group.id": "g", "group.protocol": "CONSUMER", "partition.assignment.strategy":
                               "org.apache.kafka.clients.consumer.RangeAssignor,cooperative-sticky"},
                              "consumer", tool="t")
@@ -45,8 +46,9 @@ def test_client_config_maps_java_properties(capsys):
                         "partition_assignment_strategy": ["range", "cooperative-sticky"]}
     with pytest.raises(ToolError, match="Invalid value soon for configuration linger.ms"):
         client_config({"linger.ms": "soon"}, "producer", tool="t")
-    with pytest.raises(ToolError, match="PLAINTEXT only"):
-        client_config({"security.protocol": "SSL"}, "admin", tool="t")
+    # TLS and SASL properties go to the client whole, with Kafka's names.
+    tls = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "ssl.ca.location": "/ca.pem"}
+    assert client_config(tls, "admin", tool="t") == {"security": tls}
 
 
 def test_error_text_prefers_the_brokers_words():

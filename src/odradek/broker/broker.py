@@ -45,7 +45,8 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
-from ..security.authentication import ADMITS_API_VERSIONS, Admit
+from ..security.acl import OPEN, Access, authorizer_from_properties, bindings_from_store
+from ..security.authentication import ADMITS_API_VERSIONS, ANONYMOUS, Admit
 from .errors import CloseConnection
 from .purgatory import Purgatory
 from .registry import APIS, supported_versions
@@ -104,6 +105,10 @@ class Broker:
         self.logs.on_open.append(self._watch)
         self.purgatory = Purgatory()
         self.supported = supported_versions()
+        # Kafka's authorizer.class.name (security/acl.py); None: everything is allowed.
+        self.authorizer = authorizer_from_properties(config.extra)
+        self._acl_version = -1
+        self.inter_broker_security = None  # a ClientSecurity for other brokers (server.py); None: PLAINTEXT
         self.closed = False
         self.started = False
         self.internal_errors = 0  # handler bugs; tests assert this stays 0
@@ -154,6 +159,19 @@ class Broker:
     def _check_writable(self) -> None:
         if self.logs.health.offline:
             raise LogDirOffline(f"log directory {self.config.data_dir} is offline: {self.logs.health.reason}")
+
+    def access(self, request) -> Access:
+        """What the request's principal may do (the handlers ask it; security/acl.py)."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return OPEN
+        version = self.metadata.acl_version
+        if version != self._acl_version:
+            authorizer.set_acls(bindings_from_store(self.metadata.acls))
+            self._acl_version = version
+        session = request.session
+        principal = session.principal if session is not None else ANONYMOUS
+        return Access(authorizer, principal, request.client_host.lstrip("/"))
 
     def me(self) -> BrokerInfo:
         """This broker as it registers: the inter-broker listener's address, and every

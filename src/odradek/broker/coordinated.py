@@ -51,6 +51,10 @@ class CoordinatorHost(Protocol):
 
     def clock(self) -> int: ...
 
+    def access(self, request) -> Any:
+        """What the request's principal may do (security/acl.Access; OPEN: everything)."""
+        ...
+
 
 def answer(deferred: Deferred, on_error: Callable[[Any], dict], shape: Callable[[Any], Any] = lambda r: r):
     """The response now if `deferred` has settled, else a future of it."""

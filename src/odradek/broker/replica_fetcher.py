@@ -119,7 +119,8 @@ class Fetcher:
         if info is None:
             raise KafkaError(-1, f"broker {self.source} is not registered")
         cfg = self.manager.broker.config
-        conn = BrokerConnection(info.host, info.port, f"replica-fetcher-{cfg.node_id}", 30.0)
+        conn = BrokerConnection(info.host, info.port, f"replica-fetcher-{cfg.node_id}", 30.0,
+                                self.manager.broker.inter_broker_security)
         await conn.open(10.0)
         conn.versions[FETCH] = FETCH_VERSION  # pinned: the fields below are v12's
         self.conn = conn

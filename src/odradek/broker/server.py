@@ -29,6 +29,7 @@ import time
 from ..protocol.framing import CLOSED, NEED_DATA, RemoteProtocolError
 from . import maintenance
 from ..security.authentication import Authenticator, SaslConfig, Session, sasl_config
+from ..security.interbroker import client_security
 from ..security.tls import peer_principal, server_context
 from .broker import Broker
 from .connections import READ_SIZE, UNSENT_HIGH, ConnectionState, ConnectionTable, Limits
@@ -278,6 +279,9 @@ class BrokerServer:
         self.server = self.servers[0]
         self.port = self.ports[cfg.effective_listeners()[0].name]
         cfg.listen_port = self.port
+        if not self.broker.metadata.single_node:
+            # Other brokers are reached on their inter-broker listener with its security.
+            self.broker.inter_broker_security = client_security(props, cfg.effective_listeners()[0])
         # Join the cluster now that the port is known (the registration carries it).
         await self.broker.start()
         self._maintenance = [

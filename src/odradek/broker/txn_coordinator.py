@@ -302,7 +302,8 @@ class TxnCoordinator:
         info = self.broker.replicas.image.brokers.get(node)
         if info is None:
             raise KafkaError(-1, f"broker {node} is not registered")
-        conn = BrokerConnection(info.host, info.port, f"txn-markers-{self.broker.config.node_id}", 60.0)
+        conn = BrokerConnection(info.host, info.port, f"txn-markers-{self.broker.config.node_id}", 60.0,
+                                self.broker.inter_broker_security)
         await conn.open(10.0)
         conn.versions[WRITE_TXN_MARKERS] = 1
         self._connections[node] = conn

@@ -126,7 +126,10 @@ class ConfigEntry:
 # APIs only the admin client uses. They are negotiated on a connection when first used
 # (one ApiVersions round trip), so producer and consumer connections never pay for them.
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
-ADMIN_VERSIONS = {DESCRIBE_CONFIGS: (1, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1)}
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_USER_SCRAM, ALTER_USER_SCRAM = 50, 51
+ADMIN_VERSIONS = {DESCRIBE_CONFIGS: (1, 4), INCREMENTAL_ALTER_CONFIGS: (0, 1), DESCRIBE_ACLS: (1, 3),
+                  CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3), DESCRIBE_USER_SCRAM: (0, 0), ALTER_USER_SCRAM: (0, 0)}
 
 
 def _error(code, context: str, message: str | None) -> KafkaError:
@@ -246,6 +249,34 @@ class AsyncAdmin:
             raise KafkaError(resp.error_code, resp.error_message)
         brokers = [BrokerInfo(int(b.broker_id), b.host, int(b.port), b.rack) for b in resp.brokers]
         return resp.cluster_id, int(resp.controller_id), sorted(brokers, key=lambda b: b.node_id)
+
+    # ------------------------------------------------------------------ ACLs and SCRAM users
+
+    async def create_acls(self, bindings) -> None:
+        """CreateAcls (security/acl.AclBinding values); a refused one raises its KafkaError."""
+        from .security_admin import create_acls
+
+        await create_acls(self, bindings)
+
+    async def describe_acls(self, flt=None) -> list:
+        from .security_admin import describe_acls
+
+        return await describe_acls(self, flt)
+
+    async def delete_acls(self, filters) -> list[list]:
+        from .security_admin import delete_acls
+
+        return await delete_acls(self, filters)
+
+    async def describe_user_scram_credentials(self, users: list[str] | None = None) -> dict[str, list]:
+        from .security_admin import describe_user_scram_credentials
+
+        return await describe_user_scram_credentials(self, users)
+
+    async def alter_user_scram_credentials(self, upsertions=(), deletions=()) -> None:
+        from .security_admin import alter_user_scram_credentials
+
+        await alter_user_scram_credentials(self, upsertions, deletions)
 
     # ------------------------------------------------------------------ configs
 

@@ -75,7 +75,8 @@ class MetadataBackend(Protocol):
     async def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                           brokers: dict[str, dict[str, str]] | None = None,
                           groups: dict[str, dict[str, str]] | None = None,
-                          users: dict[str, dict[str, str]] | None = None) -> None: ...
+                          users: dict[str, dict[str, str]] | None = None,
+                          acls: dict[str, dict[str, str]] | None = None) -> None: ...
     async def allocate_producer_id(self) -> int: ...
     async def alter_partition(self, tp: TopicPartition, expected: PartitionState,
                               new: PartitionState) -> PartitionState: ...
@@ -127,6 +128,16 @@ class MirroredReads:
     def user_scram(self) -> dict[str, dict[str, str]]:
         """SCRAM credentials: user -> {mechanism: credential string} (security/scram.py)."""
         return self._registry.user_scram
+
+    @property
+    def acls(self) -> dict[str, dict[str, str]]:
+        """ACLs: resource pattern -> {entry: "1"} (security/acl.py's encoding)."""
+        return self._registry.acls
+
+    @property
+    def acl_version(self) -> int:
+        """Moves whenever the ACLs change (the authorizer rebuilds its index then)."""
+        return self._registry.acl_version
 
     def get(self, name: str) -> Topic | None:
         return self._registry.get(name)
@@ -214,8 +225,8 @@ class FileBackend(MirroredReads):
         self.store.set_partitions_many(counts)
         self._publish(list(counts))
 
-    async def set_configs(self, topics=None, brokers=None, groups=None, users=None) -> None:
-        self.store.set_configs(topics=topics, brokers=brokers, groups=groups, users=users)
+    async def set_configs(self, topics=None, brokers=None, groups=None, users=None, acls=None) -> None:
+        self.store.set_configs(topics=topics, brokers=brokers, groups=groups, users=users, acls=acls)
 
     async def allocate_producer_id(self) -> int:
         return self.store.allocate_producer_id()

@@ -30,6 +30,7 @@ Key layout (JSON values), the ZooKeeper layout of Kafka 2.x/3.x moved onto etcd
     group_configs/<group>       {key: value}  (names encoded by `_encode_name`)
     broker_configs/<resource>   {key: value}; "" (the cluster default) is "-default"
     user_scram/<user>           {mechanism: "salt=..,stored_key=..,server_key=..,iterations=N"}
+    acls/<pattern>              {entry: "1"}: one resource pattern's ACLs (security/acl.py)
     producer_ids                {block_end}: blocks of 1000 handed out by compare-and-set
 
 A partition is in the image only while both its topic key and its state key exist: a
@@ -162,6 +163,8 @@ class EtcdMirror(TopicRegistry):
         self.group_configs: dict[str, dict[str, str]] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
         self.user_scram: dict[str, dict[str, str]] = {}
+        self.acls: dict[str, dict[str, str]] = {}
+        self.acl_version = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller = (-1, 0, 0)  # node id, epoch (create_revision), lease
         self.assign: dict[str, list[tuple[int, ...]]] = {}
@@ -187,7 +190,7 @@ class EtcdMirror(TopicRegistry):
         return self.key("partitions", tp[0], str(tp[1]))
 
     def config_key(self, kind: str, resource: str) -> bytes:
-        """`kind` is "group_configs", "broker_configs" or "user_scram"."""
+        """`kind` is "group_configs", "broker_configs", "user_scram" or "acls"."""
         return self.key(kind, _encode_name(resource))
 
     def _mirrored_keys(self) -> list[bytes]:
@@ -196,6 +199,7 @@ class EtcdMirror(TopicRegistry):
         keys += [self.config_key("group_configs", g) for g in self.group_configs]
         keys += [self.config_key("broker_configs", r) for r in self.broker_configs]
         keys += [self.config_key("user_scram", u) for u in self.user_scram]
+        keys += [self.config_key("acls", r) for r in self.acls]
         if self.controller[0] != -1:
             keys.append(self.key("controller"))
         if self.producer_block_end:
@@ -252,9 +256,11 @@ class EtcdMirror(TopicRegistry):
                 else:
                     self.raw_states.pop(tp, None)
                 self._set_part(tp)
-            elif kind in ("group_configs", "broker_configs", "user_scram"):
+            elif kind in ("group_configs", "broker_configs", "user_scram", "acls"):
                 target = {"group_configs": self.group_configs, "broker_configs": self.broker_configs,
-                          "user_scram": self.user_scram}[kind]
+                          "user_scram": self.user_scram, "acls": self.acls}[kind]
+                if kind == "acls":
+                    self.acl_version += 1
                 if put:
                     target[_decode_name(rest)] = {str(k): str(v) for k, v in doc.items()}
                 else:
@@ -404,10 +410,11 @@ class EtcdMirror(TopicRegistry):
                 [self.put_topic(t, self.topics[t].topic_id, self.assign[t], c) for t, c in configs.items()])
 
     def config_ops(self, brokers: dict[str, dict[str, str]], groups: dict[str, dict[str, str]],
-                   users: dict[str, dict[str, str]] | None = None) -> list[Any]:
+                   users: dict[str, dict[str, str]] | None = None,
+                   acls: dict[str, dict[str, str]] | None = None) -> list[Any]:
         """Replace dynamic broker configs, group overrides and users' SCRAM credentials; an
         empty dict deletes one."""
         return [_put(key, dict(configs)) if configs else _delete(key)
                 for kind, entries in (("broker_configs", brokers), ("group_configs", groups),
-                                      ("user_scram", users or {}))
+                                      ("user_scram", users or {}), ("acls", acls or {}))
                 for key, configs in ((self.config_key(kind, r), c) for r, c in entries.items())]

@@ -654,7 +654,8 @@ class EtcdBackend(MirroredReads):
     async def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                           brokers: dict[str, dict[str, str]] | None = None,
                           groups: dict[str, dict[str, str]] | None = None,
-                          users: dict[str, dict[str, str]] | None = None) -> None:
+                          users: dict[str, dict[str, str]] | None = None,
+                          acls: dict[str, dict[str, str]] | None = None) -> None:
         """Replace topic overrides (compare-and-set on each topic key), dynamic broker
         configs, group overrides and users' SCRAM credentials; an empty dict deletes a
         broker, group or user entry. One
@@ -664,7 +665,7 @@ class EtcdBackend(MirroredReads):
         for name in topics:
             if name not in self.topics:
                 raise KeyError(name)
-        plain = self.mirror.config_ops(brokers or {}, groups or {}, users or {})
+        plain = self.mirror.config_ops(brokers or {}, groups or {}, users or {}, acls or {})
         names, limit = list(topics), self.max_txn_ops
         while names or plain:
             some, names = names[:limit], names[limit:]

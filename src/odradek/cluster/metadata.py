@@ -141,6 +141,10 @@ class MetadataStore(TopicRegistry):
         # SCRAM credentials (KIP-554): user -> {mechanism: Kafka's credential string
         # "salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>"}; never a password.
         self.user_scram: dict[str, dict[str, str]] = {}
+        # ACLs (security/acl.py encodes them): resource pattern -> {entry: "1"}, as Kafka
+        # keeps one ACL set per resource pattern. `acl_version` moves on every change.
+        self.acls: dict[str, dict[str, str]] = {}
+        self.acl_version = 0
         self._seq = 0  # last journal entry applied
         self._snapshot_seq = 0
         self._snapshot_bytes = 0
@@ -165,6 +169,7 @@ class MetadataStore(TopicRegistry):
         self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
         self.broker_configs.update({r: dict(c) for r, c in doc.get("broker_configs", {}).items()})
         self.user_scram = {u: dict(c) for u, c in doc.get("user_scram", {}).items()}
+        self.acls = {r: dict(c) for r, c in doc.get("acls", {}).items()}
         for t in doc["topics"]:
             self._add(Topic(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {}))))
         self._seq = self._snapshot_seq = int(doc.get("journal_seq", 0))
@@ -225,6 +230,12 @@ class MetadataStore(TopicRegistry):
                 self.user_scram[op[1]] = dict(op[2])
             else:
                 self.user_scram.pop(op[1], None)
+        elif kind == "acls":
+            if op[2]:
+                self.acls[op[1]] = dict(op[2])
+            else:
+                self.acls.pop(op[1], None)
+            self.acl_version += 1
         elif kind == "producer_block":
             self.producer_id_block_end = int(op[1])
         else:
@@ -268,6 +279,7 @@ class MetadataStore(TopicRegistry):
             "group_configs": self.group_configs,
             "broker_configs": self.broker_configs,
             "user_scram": self.user_scram,
+            "acls": self.acls,
         }
         text = json.dumps(doc, separators=(",", ":"))
         try:
@@ -314,7 +326,8 @@ class MetadataStore(TopicRegistry):
     def set_configs(self, topics: dict[str, dict[str, str]] | None = None,
                     brokers: dict[str, dict[str, str]] | None = None,
                     groups: dict[str, dict[str, str]] | None = None,
-                    users: dict[str, dict[str, str]] | None = None) -> None:
+                    users: dict[str, dict[str, str]] | None = None,
+                    acls: dict[str, dict[str, str]] | None = None) -> None:
         """Replace the config overrides of topics, the dynamic configs of BROKER resources
         ("" or a node id), group overrides and users' SCRAM credentials (an empty dict
         removes the entry), all in one journal write (one AlterConfigs request). Raises KeyError for an unknown topic (before writing), StorageError with
@@ -330,6 +343,8 @@ class MetadataStore(TopicRegistry):
             ops.append(["group_config", group_id, dict(configs)])
         for user, credentials in (users or {}).items():
             ops.append(["user_scram", user, dict(credentials)])
+        for pattern, entries in (acls or {}).items():
+            ops.append(["acls", pattern, dict(entries)])
         if ops:
             self._commit(ops)
 

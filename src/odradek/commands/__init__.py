@@ -50,7 +50,31 @@ def common_parser() -> argparse.ArgumentParser:
     default = os.environ.get(ENV_BOOTSTRAP) or DEFAULT_BOOTSTRAP
     common.add_argument("--bootstrap-server", metavar="HOST:PORT", type=bootstrap_servers, default=default,
                         help=f"broker(s) to bootstrap from (default ${ENV_BOOTSTRAP} or {DEFAULT_BOOTSTRAP})")
+    common.add_argument("--command-config", metavar="FILE",
+                        help="client properties file (Kafka's names: security.protocol, sasl.*, ssl.*)")
+    common.add_argument("-X", dest="client_props", metavar="KEY=VALUE", action="append", default=[],
+                        help="a client property (Kafka's names, as kcat -X), e.g. -X security.protocol=SASL_SSL")
     return common
+
+
+def security_props(args: argparse.Namespace) -> dict[str, str] | None:
+    """The TLS/SASL client properties of --command-config and -X (None: PLAINTEXT)."""
+    from odradek.config import parse_properties
+
+    props: dict[str, str] = {}
+    path = getattr(args, "command_config", None)
+    if path:
+        try:
+            props.update(parse_properties(open(path).read()))
+        except OSError as exc:
+            raise CommandError(f"--command-config {path}: {exc.strerror or exc}") from None
+    for item in getattr(args, "client_props", None) or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CommandError(f"-X {item!r}: expected KEY=VALUE")
+        props[key.strip()] = value
+    picked = {k: v for k, v in props.items() if k.startswith(("security.", "sasl.", "ssl.", "enable.ssl"))}
+    return picked or None
 
 
 def non_negative(value: str) -> int:
@@ -108,7 +132,7 @@ def open_admin(args: argparse.Namespace, **config) -> Admin:
     """An admin client for `--bootstrap-server`; `config` overrides AsyncAdmin's keywords."""
     from odradek.client import Admin
 
-    return Admin(args.bootstrap_server, **{"client_id": "odradek-cli", **config})
+    return Admin(args.bootstrap_server, **{"client_id": "odradek-cli", "security": security_props(args), **config})
 
 
 def format_tps(tps: Iterable[TopicPartition] | None) -> str:
@@ -156,6 +180,7 @@ def note(message: str) -> None:
 def dispatch(args: argparse.Namespace) -> int:
     """Run a client command, turning the errors a user can cause into one line and exit 1."""
     from odradek.client import IllegalStateError, KafkaError
+    from odradek.client.security import SecurityConfigError
 
     func: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -164,7 +189,7 @@ def dispatch(args: argparse.Namespace) -> int:
         # str(KafkaError) is "NAME: message" already.
         print(f"odradek: error: {exc}", file=sys.stderr)
         return 1
-    except (CommandError, IllegalStateError) as exc:
+    except (CommandError, IllegalStateError, SecurityConfigError) as exc:
         print(f"odradek: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

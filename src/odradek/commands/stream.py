@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import non_negative, note, open_admin, positive
+from . import non_negative, note, open_admin, positive, security_props
 
 COMPRESSION = ["none", "gzip", "snappy", "lz4", "zstd"]
 POLL_BATCH = 10_000
@@ -265,7 +265,7 @@ def _produce(args: argparse.Namespace) -> int:
         reader = LineReader(parse_key=True, key_separator=args.key_separator.encode())
     config = {} if args.linger_ms is None else {"linger_ms": args.linger_ms}
     producer = Producer(args.bootstrap_server, acks=args.acks, compression_type=args.compression,
-                        client_id="odradek-console-producer", **config)
+                        client_id="odradek-console-producer", security=security_props(args), **config)
 
     # A bad line is a failed record: the rest is still sent, the exit status says so.
     tally = send_lines(producer, args.topic, reader, partition=args.partition, stop_at_bad_line=False,
@@ -344,7 +344,8 @@ def _consume(args: argparse.Namespace) -> int:
                           print_offset=args.print_offset, print_key=args.print_key,
                           key_separator=args.key_separator.encode())
     config = {"group_id": args.group, "group_protocol": args.group_protocol,
-              "enable_auto_commit": args.group is not None, "client_id": "odradek-console-consumer"}
+              "enable_auto_commit": args.group is not None, "client_id": "odradek-console-consumer",
+              "security": security_props(args)}
     return run_consumer(args.bootstrap_server, tps, config, fmt, from_beginning=args.from_beginning,
                         partition=args.partition, offset=args.offset, max_messages=args.max_messages,
                         timeout_ms=args.timeout_ms, summary=lambda n: note(f"Processed a total of {n} messages"))

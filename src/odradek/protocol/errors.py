@@ -76,10 +76,19 @@ TRANSACTION_COORDINATOR_FENCED = ErrorCode.transaction_coordinator_fenced
 UNKNOWN_PRODUCER_ID = ErrorCode.unknown_producer_id
 UNSTABLE_OFFSET_COMMIT = ErrorCode.unstable_offset_commit
 
-# Security (SASL, KIP-43/152/368; SCRAM credentials, KIP-554).
+# Security (SASL, KIP-43/152/368; SCRAM credentials, KIP-554; ACLs, KIP-11/140).
+CLUSTER_AUTHORIZATION_FAILED = ErrorCode.cluster_authorization_failed
 DUPLICATE_RESOURCE = ErrorCode.duplicate_resource
+GROUP_AUTHORIZATION_FAILED = ErrorCode.group_authorization_failed
 ILLEGAL_SASL_STATE = ErrorCode.illegal_sasl_state
 RESOURCE_NOT_FOUND = ErrorCode.resource_not_found
 SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
+SECURITY_DISABLED = ErrorCode.security_disabled
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
 UNACCEPTABLE_CREDENTIAL = ErrorCode.unacceptable_credential
 UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
+
+# What a refused TOPIC, GROUP, CLUSTER or TRANSACTIONAL_ID resource is answered with.
+AUTHORIZATION_FAILED = {"TOPIC": TOPIC_AUTHORIZATION_FAILED, "GROUP": GROUP_AUTHORIZATION_FAILED,
+                        "CLUSTER": CLUSTER_AUTHORIZATION_FAILED,
+                        "TRANSACTIONAL_ID": TRANSACTIONAL_ID_AUTHORIZATION_FAILED}

@@ -26,6 +26,7 @@ fields matching anything).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -250,5 +251,101 @@ class Authorizer:
         return [op for op in supported if self.authorize(principal, host, Operation(op), resource_type, name)]
 
 
-__all__ = ["CLUSTER_NAME", "AclBinding", "Authorizer", "BindingFilter", "Operation", "PatternType", "Permission",
+# --- how the cluster metadata keeps them -----------------------------------------------------
+# One entry per resource pattern ("TOPIC:LITERAL:orders"), each holding its ACL entries as
+# JSON keys ([principal, host, operation, permission]), as Kafka keeps one ACL set per pattern.
+
+
+def pattern_key(b: AclBinding) -> str:
+    return f"{b.resource_type.name}:{b.pattern_type.name}:{b.resource_name}"
+
+
+def entry_key(b: AclBinding) -> str:
+    return json.dumps([b.principal, b.host, b.operation.name, b.permission.name], separators=(",", ":"))
+
+
+def bindings_from_store(stored: dict[str, dict[str, str]]) -> list[AclBinding]:
+    out = []
+    for pattern, entries in stored.items():
+        rtype, ptype, name = pattern.split(":", 2)
+        for entry in entries:
+            principal, host, op, perm = json.loads(entry)
+            out.append(AclBinding(ResourceType[rtype], name, PatternType[ptype], principal, host, Operation[op],
+                                  Permission[perm]))
+    return out
+
+
+KNOWN_AUTHORIZERS = frozenset({"org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                               "kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer"})
+
+
+def authorizer_from_properties(props) -> Authorizer | None:
+    """Kafka's `authorizer.class.name` (unset: no authorizer, everything allowed, as
+    Kafka without one), `super.users` and `allow.everyone.if.no.acl.found`."""
+    name = (props.get("authorizer.class.name") or "").strip()
+    if not name:
+        return None
+    if name not in KNOWN_AUTHORIZERS:
+        raise ValueError(f"authorizer.class.name {name}: odradek's authorizer is Kafka's StandardAuthorizer "
+                         "(org.apache.kafka.metadata.authorizer.StandardAuthorizer)")
+    allow = str(props.get("allow.everyone.if.no.acl.found", "false")).strip().lower() == "true"
+    return Authorizer(parse_super_users(props.get("super.users", "")), allow)
+
+
+class Access:
+    """What one connection's principal may do: the handlers' questions to the authorizer
+    (None: no authorizer configured, everything is allowed)."""
+
+    __slots__ = ("authorizer", "principal", "host")
+
+    def __init__(self, authorizer: Authorizer | None, principal: str, host: str) -> None:
+        self.authorizer, self.principal, self.host = authorizer, principal, host
+
+    @property
+    def enforced(self) -> bool:
+        return self.authorizer is not None
+
+    def allows(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        a = self.authorizer
+        return a is None or a.authorize(self.principal, self.host, operation, resource_type, name)
+
+    def cluster(self, operation: Operation) -> bool:
+        return self.allows(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def topic(self, operation: Operation, name: str) -> bool:
+        return self.allows(operation, ResourceType.TOPIC, name)
+
+    def group(self, operation: Operation, name: str) -> bool:
+        return self.allows(operation, ResourceType.GROUP, name)
+
+    def transactional_id(self, operation: Operation, name: str) -> bool:
+        return self.allows(operation, ResourceType.TRANSACTIONAL_ID, name)
+
+    def any_of_type(self, operation: Operation, resource_type: ResourceType) -> bool:
+        a = self.authorizer
+        return a is None or a.authorize_any(self.principal, self.host, operation, resource_type)
+
+    def operations(self, resource_type: ResourceType, name: str, supported) -> list[int]:
+        a = self.authorizer
+        return list(supported) if a is None else a.operations(self.principal, self.host, resource_type, name, supported)
+
+
+OPEN = Access(None, "User:ANONYMOUS", "")
+
+# ConfigResource types (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) -> what Kafka
+# authorizes them on: a topic or group by name; a broker (or the cluster default) as the cluster.
+CONFIG_TOPIC, CONFIG_BROKER, CONFIG_GROUP = 2, 4, 32
+
+
+def config_resource_allowed(access: Access, config_type: int, name: str, operation: Operation) -> tuple[bool, str]:
+    """(allowed, which of TOPIC/GROUP/CLUSTER refused) for DESCRIBE_CONFIGS or ALTER_CONFIGS."""
+    if config_type == CONFIG_TOPIC:
+        return access.topic(operation, name), "TOPIC"
+    if config_type == CONFIG_GROUP:
+        return access.group(operation, name), "GROUP"
+    return access.cluster(operation), "CLUSTER"  # in-process callers and brokers without an authorizer
+
+
+__all__ = ["CLUSTER_NAME", "OPEN", "config_resource_allowed", "Access", "authorizer_from_properties", "bindings_from_store", "entry_key",
+           "pattern_key", "AclBinding", "Authorizer", "BindingFilter", "Operation", "PatternType", "Permission",
            "ResourceType", "invalid_binding", "parse_super_users"]

@@ -54,3 +54,15 @@ def authorized_operations(resource_type: str, requested: bool) -> int:
     if not requested:
         return NOT_REQUESTED
     return to_bitfield(SUPPORTED[resource_type])
+
+
+def cluster_operations(access, requested: bool) -> int:
+    """The cluster's field (Metadata v8-10, DescribeCluster): what the principal may do
+    to the cluster if it may DESCRIBE it, else 0 (Kafka's AuthHelper)."""
+    if not requested:
+        return NOT_REQUESTED
+    from .acl import CLUSTER_NAME, Operation, ResourceType
+
+    if not access.cluster(Operation.DESCRIBE):
+        return 0
+    return to_bitfield(access.operations(ResourceType.CLUSTER, CLUSTER_NAME, SUPPORTED["cluster"]))

@@ -71,8 +71,8 @@ from odradek.broker.handlers.transactions import (
     end_txn,
 )
 from odradek.broker.handlers.txn_offsets import txn_offset_commit
-from odradek.broker.txn_coordinator import MARKERS_WAIT_MS
 from odradek.broker.registry import supported_versions
+from odradek.broker.txn_coordinator import MARKERS_WAIT_MS
 from odradek.cluster.image import PartitionState
 from odradek.cluster.names import TRANSACTION_STATE
 from odradek.coordinator import dispatch
@@ -93,6 +93,7 @@ from odradek.protocol.errors import NOT_COORDINATOR, UNKNOWN_SERVER_ERROR
 from odradek.protocol.messages import Request, encode_response, parse_request
 from odradek.records.control import Marker
 from odradek.replication.leader import HighWatermark, LeaderPartition, ProposeIsr
+from odradek.security.acl import OPEN
 from odradek.transactions.coordinator import TxnConfig
 
 from .network import Link
@@ -250,6 +251,10 @@ class SimCoordinator:
 
     def __repr__(self) -> str:
         return f"b{self.node_id}"
+
+    def access(self, request):
+        """The simulated clients are not authenticated: no authorizer, everything allowed."""
+        return OPEN
 
     def _new_runtime(self) -> CoordinatorRuntime:
         rng = self.rng

@@ -1,9 +1,10 @@
 """One module per API family; importing this package registers them all."""
 
 from . import (  # noqa: F401
+    acls,
+    alter_configs,
     api_versions,
     classic_group,
-    alter_configs,
     configs,
     consumer_group,
     delete_records,

@@ -42,6 +42,7 @@ from ...dynamic_config import (
 )
 from ...log.errors import StorageError
 from ...protocol.errors import (
+    AUTHORIZATION_FAILED,
     INVALID_CONFIG,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
@@ -49,6 +50,7 @@ from ...protocol.errors import (
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...security.acl import Operation, config_resource_allowed
 from ..registry import api
 from .configs import BROKER, GROUP, TOPIC, broker_resource_error
 
@@ -174,8 +176,13 @@ async def _run(broker, request, new_set) -> dict:
     rejected = _preprocess(broker, resources, lambda c: incremental and c.config_operation == DELETE)
     changes = Changes()
     accepted: list[int] = []
+    access = broker.access(request)
     for i, r in enumerate(resources):
         if i in rejected:
+            continue
+        allowed, kind = config_resource_allowed(access, r.resource_type, r.resource_name, Operation.ALTER_CONFIGS)
+        if not allowed:
+            rejected[i] = Rejected(AUTHORIZATION_FAILED[kind], "Authorization failed.")
             continue
         try:
             values = new_set(r)

@@ -18,6 +18,8 @@ from ...coordinator.classic.leave import LeaveIdentity
 from ...coordinator.classic.rebalance import error_join, sync_error
 from ...coordinator.classic.sync import ClassicHeartbeat, SyncRequest
 from ...coordinator.errors import error_code_for
+from ...protocol.errors import GROUP_AUTHORIZATION_FAILED
+from ...security.acl import Operation
 from ..coordinated import answer
 from ..registry import api
 from .consumer_group import _ms
@@ -71,9 +73,16 @@ def sync_request(request) -> SyncRequest:
     )
 
 
+def _may_read(broker, request, group_id: str) -> bool:
+    # Kafka's KafkaApis: READ on the group for JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+    return broker.access(request).group(Operation.READ, group_id)
+
+
 @api(11, "JoinGroup", 0, 9)
 async def join_group(broker, request):
     req = join_request(request)
+    if not _may_read(broker, request, req.group_id):
+        return join_response(request, error_join(GROUP_AUTHORIZATION_FAILED, req.member_id))
     if req.reason:  # KIP-800: clients say why they (re)join; Kafka logs it with the rebalance
         log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
     response = await _run_parked(broker, req.group_id,
@@ -85,6 +94,8 @@ async def join_group(broker, request):
 @api(14, "SyncGroup", 0, 5)
 async def sync_group(broker, request):
     req = sync_request(request)
+    if not _may_read(broker, request, req.group_id):
+        return {"throttle_time": 0, **sync_error(GROUP_AUTHORIZATION_FAILED)}
     response = await _run_parked(broker, req.group_id,
                                  lambda shard, reply, now: dispatch.sync_group(shard, req, reply, now),
                                  sync_error)
@@ -94,6 +105,8 @@ async def sync_group(broker, request):
 @api(12, "Heartbeat", 0, 4)
 def heartbeat_api(broker, request):
     b = request.body
+    if not _may_read(broker, request, b.group_id):
+        return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
     req = ClassicHeartbeat(b.group_id, b.member_id, b.generation_id, request.field("group_instance_id"))
     deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: dispatch.heartbeat(shard, req, now),
                                                  broker.clock())
@@ -105,6 +118,8 @@ def heartbeat_api(broker, request):
 def leave_group(broker, request):
     b = request.body
     v = request.api_version
+    if not _may_read(broker, request, b.group_id):
+        return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "members": []}
     if v < 3:
         identities = (LeaveIdentity(b.member_id),)
     else:

@@ -41,7 +41,13 @@ from ...configdef import (
 from ...coordinator.config import GROUP_CONFIG_KEYS
 from ...dynamic_config import IGNORED_DYNAMIC, is_dynamic, key_def
 from ...log_config import BY_BROKER_KEY
-from ...protocol.errors import INVALID_REQUEST, NONE, UNKNOWN_TOPIC_OR_PARTITION
+from ...protocol.errors import (
+    AUTHORIZATION_FAILED,
+    INVALID_REQUEST,
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from ...security.acl import Operation, config_resource_allowed
 from ..registry import api
 
 TOPIC = 2
@@ -245,7 +251,13 @@ def describe_configs(broker, request):
     include_synonyms = bool(body.include_synonyms)
     include_docs = bool(request.field("include_documentation", False))
     results = []
+    access = broker.access(request)
     for r in body.resources:
+        allowed, kind = config_resource_allowed(access, r.resource_type, r.resource_name, Operation.DESCRIBE_CONFIGS)
+        if not allowed:  # checked before existence, as Kafka's ConfigHelper does
+            results.append({"error_code": AUTHORIZATION_FAILED[kind], "error_message": "Authorization failed.",
+                            "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []})
+            continue
         error, message, configs = _describe_one(broker, r, include_synonyms, include_docs)
         if r.configuration_keys:  # null or empty: every key (ConfigHelper.createResponseConfig)
             keys = set(r.configuration_keys)

@@ -38,8 +38,10 @@ from ...protocol.errors import (
     NONE,
     OFFSET_OUT_OF_RANGE,
     POLICY_VIOLATION,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...security.acl import Operation
 from ..registry import api
 
 log = logging.getLogger(__name__)
@@ -98,10 +100,16 @@ async def delete_records(broker, request):
                                   if broker.metadata.get(t.name) is not None for p in t.partitions])
     moved_any = False
     topics = []
+    access = broker.access(request)
     for t in body.topics:
         topic = broker.metadata.get(t.name)
         parts = []
+        allowed = access.topic(Operation.DELETE, t.name)  # Kafka: DELETE on the topic
         for p in t.partitions:
+            if not allowed:
+                parts.append({"partition_index": p.partition_index, "low_watermark": INVALID_LOW_WATERMARK,
+                              "error_code": TOPIC_AUTHORIZATION_FAILED})
+                continue
             code, low, moved = delete_partition(broker, topic, p.partition_index, p.offset)
             moved_any |= moved
             parts.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})

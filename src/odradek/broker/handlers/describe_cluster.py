@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...protocol.errors import NONE
-from ...security.operations import authorized_operations
+from ...security.operations import cluster_operations
 from ..registry import api
 from .metadata import listener_of
 
@@ -28,6 +28,6 @@ def describe_cluster(broker, request):
         "cluster_id": broker.metadata.cluster_id,
         "controller_id": broker.replicas.controller(),
         "brokers": brokers,
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", bool(request.field("include_cluster_authorized_operations", False))),
+        "cluster_authorized_operations": cluster_operations(
+            broker.access(request), bool(request.field("include_cluster_authorized_operations", False))),
     }

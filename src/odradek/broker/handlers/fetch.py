@@ -49,6 +49,7 @@ from ...protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NONE,
     OFFSET_OUT_OF_RANGE,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
@@ -56,6 +57,7 @@ from ...records.batch import iter_headers
 from ...replication.follower import OffsetOutOfRange as CannotPlaceFetch
 from ...replication.follower import diverging_epoch
 from ...replication.selector import NO_PREFERENCE, ClientMetadata
+from ...security.acl import Operation
 from ..registry import api
 from ..replica_manager import NotServable
 
@@ -128,7 +130,8 @@ def _serving_check(broker, tp, p, any_replica: bool):
         return _partition(p.partition, exc.code, **({"current_leader": leader} if leader else {})), False
 
 
-def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1), first_pass=True, client=None):
+def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1), first_pass=True, client=None,
+              denied=frozenset()):
     """One pass over the requested partitions. Returns (responses, bytes, answer_now):
     answer_now when a partition's answer must not wait (an error, a preferred read
     replica, a high watermark a follower has not been sent)."""
@@ -147,6 +150,12 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
     for t in body.topics:
         topic, topic_error = _resolve(broker, t, by_id)
         parts = []
+        if topic is not None and topic.name in denied:
+            parts = [_partition(p.partition, TOPIC_AUTHORIZATION_FAILED) for p in t.partitions]
+            had_error = True
+            responses.append({"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", ZERO_UUID),
+                              "partitions": parts})
+            continue
         for p in t.partitions:
             try:
                 plog = broker.logs.get(topic.name, p.partition) if topic is not None else None
@@ -260,6 +269,18 @@ def _response(responses, error=NONE):
     return {"throttle_time": 0, "error_code": error, "session_id": 0, "responses": responses, "node_endpoints": []}
 
 
+def _denied(broker, request, body, by_id, follower: bool) -> frozenset:
+    """The topics this fetch may not read (Kafka: READ on each topic for a consumer;
+    CLUSTER_ACTION for a follower, whose every partition is refused without it)."""
+    access = broker.access(request)
+    if not access.enforced:
+        return frozenset()
+    names = {topic.name for topic in (_resolve(broker, t, by_id)[0] for t in body.topics) if topic is not None}
+    if follower:
+        return frozenset() if access.cluster(Operation.CLUSTER_ACTION) else frozenset(names)
+    return frozenset(n for n in names if not access.topic(Operation.READ, n))
+
+
 @api(1, "Fetch", 4, 16)
 async def fetch(broker, request):
     body = request.body
@@ -274,9 +295,11 @@ async def fetch(broker, request):
     client = None
     if request.api_version >= CLIENT_METADATA_VERSION and replica[0] < 0:
         client = ClientMetadata(body.rack_id or None, request.client_id or "", request.client_host)
+    denied = _denied(broker, request, body, by_id, replica[0] >= 0)
     first_pass = True
     while True:
-        responses, total, had_error = _read_all(broker, body, by_id, request.api_version, replica, first_pass, client)
+        responses, total, had_error = _read_all(broker, body, by_id, request.api_version, replica, first_pass, client,
+                                                denied)
         first_pass = False
         remaining_ms = deadline - broker.clock()
         if total >= body.min_bytes or had_error or remaining_ms <= 0:

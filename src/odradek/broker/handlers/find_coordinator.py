@@ -16,9 +16,12 @@ import logging
 from ...cluster.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 from ...protocol.errors import (
     COORDINATOR_NOT_AVAILABLE,
+    GROUP_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
     NONE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
+from ...security.acl import Operation
 from ..registry import api
 from .metadata import listener_of
 
@@ -75,7 +78,20 @@ async def find_coordinator(broker, request):
             await broker.txn_coordinator.ensure_topic()
         except Exception as exc:  # noqa: BLE001 - the lookups answer COORDINATOR_NOT_AVAILABLE
             log.warning("could not create %s: %s", TRANSACTION_STATE, exc)
+    access = broker.access(request)
+
+    def lookup(key: str) -> dict:
+        # Kafka: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
+        # (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+        if key_type == GROUP_KEY and not access.group(Operation.DESCRIBE, key):
+            return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": GROUP_AUTHORIZATION_FAILED,
+                    "error_message": None}
+        if key_type == TRANSACTION_KEY and not access.transactional_id(Operation.DESCRIBE, key):
+            return {"key": key, "node_id": -1, "host": "", "port": -1,
+                    "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "error_message": None}
+        return _lookup(broker, key, key_type, listener_of(request))
+
     if request.api_version >= 4:
-        return {"throttle_time": 0, "coordinators": [_lookup(broker, k, key_type, listener_of(request)) for k in body.coordinator_keys]}
-    one = _lookup(broker, body.key, key_type, listener_of(request))
+        return {"throttle_time": 0, "coordinators": [lookup(k) for k in body.coordinator_keys]}
+    one = lookup(body.key)
     return {"throttle_time": 0, **{k: v for k, v in one.items() if k != "key"}}

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from ...log.epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from ...log.errors import StorageError
-from ...protocol.errors import KAFKA_STORAGE_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION
+from ...protocol.errors import (
+    KAFKA_STORAGE_ERROR,
+    NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
+from ...security.acl import Operation
 from ..registry import api
 from ..replica_manager import NotServable
 
@@ -48,7 +54,16 @@ def _answer(broker, topic, p, replica_id) -> dict:
 async def offset_for_leader_epoch(broker, request):
     replica_id = int(request.field("replica_id", FOLLOWER_BEFORE_V3))
     topics = []
+    access = broker.access(request)
+    # Kafka: CLUSTER_ACTION (a follower) allows every topic; otherwise (a consumer, KIP-320)
+    # DESCRIBE on each.
+    every = access.cluster(Operation.CLUSTER_ACTION)
     for t in request.body.topics:
+        if not every and not access.topic(Operation.DESCRIBE, t.topic):
+            topics.append({"topic": t.topic, "partitions": [
+                {"partition": p.partition, "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET,
+                 "error_code": TOPIC_AUTHORIZATION_FAILED} for p in t.partitions]})
+            continue
         topic = broker.metadata.get(t.topic)
         topics.append({"topic": t.topic, "partitions": [_answer(broker, topic, p, replica_id) for p in t.partitions]})
     return {"throttle_time": 0, "topics": topics}

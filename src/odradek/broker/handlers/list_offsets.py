@@ -18,9 +18,11 @@ from ...protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NONE,
     OFFSET_NOT_AVAILABLE,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ...records.codec import CodecError, decode_batches
+from ...security.acl import Operation
 from ..registry import api
 from ..replica_manager import NotServable
 
@@ -89,9 +91,15 @@ async def list_offsets(broker, request):
     await broker.open_partitions([(t.name, p.partition_index) for t in request.body.topics
                                   for p in t.partitions if broker.metadata.get(t.name) is not None])
     topics = []
+    access = broker.access(request)
     for t in request.body.topics:
         topic = broker.metadata.get(t.name)
         parts = []
+        if not access.topic(Operation.DESCRIBE, t.name):  # Kafka: DESCRIBE on the topic (replica_id aside)
+            topics.append({"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1,
+                 "error_code": TOPIC_AUTHORIZATION_FAILED} for p in t.partitions]})
+            continue
         for p in t.partitions:
             error = {"partition_index": p.partition_index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
             tp = (t.name, p.partition_index)

@@ -11,11 +11,13 @@ from ...protocol.errors import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
     NONE,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...security.acl import Operation, ResourceType
 from ...security.operations import NOT_REQUESTED as NO_OPS
-from ...security.operations import authorized_operations
+from ...security.operations import SUPPORTED, cluster_operations, to_bitfield
 from ..registry import api
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -92,6 +94,7 @@ async def metadata(broker, request):
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     all_topics = requested is None or (v == 0 and not requested)
     allow_create = request.field("allow_auto_topic_creation", True)
+    access = broker.access(request)
     topics = []
     if not all_topics and 10 <= v <= 11 and any(
             r.name is None or (r.topic_id or ZERO_UUID) != ZERO_UUID for r in requested):
@@ -102,6 +105,8 @@ async def metadata(broker, request):
     elif all_topics:
         described = 0
         for t in list(broker.metadata.topics.values()):
+            if access.enforced and not access.topic(Operation.DESCRIBE, t.name):
+                continue  # Kafka: all-topics Metadata leaves out what the principal may not describe
             topics.append(topic_entry(broker, t))
             described += t.partitions
             if described >= SLICE:  # a topic of 10,000 partitions is a slice of its own
@@ -111,8 +116,11 @@ async def metadata(broker, request):
         if allow_create:
             # One metadata write per slice of unknown names, not one per topic.
             unknown = [getattr(r, "name", None) for r in requested]
+            # Kafka: only describable names are created, with CREATE on the cluster or the topic.
+            may_create = access.cluster(Operation.CREATE)
             await broker.auto_create_many_async(
-                [n for n in unknown if n is not None and broker.metadata.get(n) is None])
+                [n for n in unknown if n is not None and broker.metadata.get(n) is None
+                 and access.topic(Operation.DESCRIBE, n) and (may_create or access.topic(Operation.CREATE, n))])
         described = 0
         for req in requested:
             if described >= SLICE:
@@ -124,6 +132,9 @@ async def metadata(broker, request):
             if name is None and topic_id is not None and topic_id != ZERO_UUID:
                 # v12+ lookup by topic id (librdkafka resolves ids in KIP-848 assignments this way)
                 t = broker.metadata.get_by_id(topic_id)
+                if t is not None and not access.topic(Operation.DESCRIBE, t.name):
+                    topics.append(_error_entry(None, topic_id, TOPIC_AUTHORIZATION_FAILED))  # the name is not told
+                    continue
                 topics.append(topic_entry(broker, t) if t else _error_entry(None, topic_id, UNKNOWN_TOPIC_ID))
                 continue
             try:
@@ -131,21 +142,26 @@ async def metadata(broker, request):
             except InvalidTopicName:
                 topics.append(_error_entry(name, None, INVALID_TOPIC_EXCEPTION))
                 continue
+            if not access.topic(Operation.DESCRIBE, name):
+                # Checked before existence, as Kafka does: whether it exists is not told either.
+                topics.append(_error_entry(name, None, TOPIC_AUTHORIZATION_FAILED))
+                continue
             t = broker.metadata.get(name)
             topics.append(topic_entry(broker, t) if t else _error_entry(name, None, UNKNOWN_TOPIC_OR_PARTITION))
             described += t.partitions if t else 0
     if request.field("include_topic_authorized_operations", False):
-        # Kafka sets it on every topic of the response (KafkaApis.handleTopicMetadataRequest).
-        ops = authorized_operations("topic", True)
+        # Kafka sets it on every topic described without error (KafkaApis.handleTopicMetadataRequest).
         for t in topics:
-            t["topic_authorized_operations"] = ops
+            if t["error_code"] != TOPIC_AUTHORIZATION_FAILED and t["name"]:
+                t["topic_authorized_operations"] = to_bitfield(
+                    access.operations(ResourceType.TOPIC, t["name"], SUPPORTED["topic"]))
     return {
         "throttle_time": 0,
         "brokers": broker_entries(broker, request),
         "cluster_id": broker.metadata.cluster_id,
         "controller_id": broker.replicas.controller(),
         "topics": topics,
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", bool(request.field("include_cluster_authorized_operations", False))),
+        "cluster_authorized_operations": cluster_operations(
+            access, bool(request.field("include_cluster_authorized_operations", False))),
         "error_code": NONE,
     }

@@ -26,11 +26,14 @@ from ...protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NONE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ...records.batch import BatchError
 from ...records.recompress import PRODUCER, recompress
 from ...records.validate import ProduceRules, validate_produce_records
+from ...security.acl import Operation
 from ..errors import CloseConnection
 from ..registry import api
 from ..replica_manager import NotServable
@@ -129,9 +132,19 @@ async def produce(broker, request):
     responses = []
     failed = False
     topics = []
+    # Kafka: WRITE on the transactional id of a transactional producer (else every
+    # partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic.
+    access = broker.access(request)
+    tid = request.field("transactional_id")
+    txn_denied = tid is not None and not access.transactional_id(Operation.WRITE, tid)
+    denied: dict[str, object] = {}
     for t in body.topic_data:
+        if txn_denied or not access.topic(Operation.WRITE, t.name):
+            denied[t.name] = TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied else TOPIC_AUTHORIZATION_FAILED
+            topics.append(None)
+            continue
         topic = broker.metadata.get(t.name)
-        if topic is None:
+        if topic is None and (access.cluster(Operation.CREATE) or access.topic(Operation.CREATE, t.name)):
             topic = await broker.auto_create_async(t.name)
         topics.append(topic)
     # Partitions written for the first time get their files off the event loop, and the
@@ -144,7 +157,9 @@ async def produce(broker, request):
     for t, topic in zip(body.topic_data, topics):
         parts = []
         for p in t.partition_data:
-            if acks not in (-1, 0, 1):
+            if t.name in denied:
+                result = _partition_result(p.index, denied[t.name], "not authorized")
+            elif acks not in (-1, 0, 1):
                 result = _partition_result(p.index, INVALID_REQUIRED_ACKS, f"acks={acks}")
             else:
                 result = append_partition(broker, topic, p.index, p.records, now, request.api_version, acks)

@@ -14,7 +14,15 @@ INVALID_PRODUCER_EPOCH below v4 (KIP-588), as Kafka's KafkaApis does.
 from __future__ import annotations
 
 from ...cluster.names import TRANSACTION_STATE
-from ...protocol.errors import COORDINATOR_NOT_AVAILABLE, INVALID_PRODUCER_EPOCH, NONE, PRODUCER_FENCED
+from ...protocol.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_PRODUCER_EPOCH,
+    NONE,
+    PRODUCER_FENCED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+)
+from ...security.acl import Operation, ResourceType
 from ...transactions import coordinator as C
 from ...transactions.model import MAX_EPOCH
 from ..coordinated import answer
@@ -31,10 +39,16 @@ async def init_producer_id(broker, request):
     pid = request.field("producer_id", -1)
     epoch = request.field("producer_epoch", -1)
     tid = body.transactional_id
+    access = broker.access(request)
     if tid is None:
+        # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
+        if not (access.cluster(Operation.IDEMPOTENT_WRITE) or access.any_of_type(Operation.WRITE, ResourceType.TOPIC)):
+            return _response(CLUSTER_AUTHORIZATION_FAILED)
         if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
             return _response(NONE, pid, epoch + 1)
         return _response(NONE, await broker.metadata.allocate_producer_id(), 0)
+    if not access.transactional_id(Operation.WRITE, tid):
+        return _response(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     coordinator = broker.txn_coordinator
     if broker.metadata.get(TRANSACTION_STATE) is None:
         await coordinator.ensure_topic()  # Kafka creates it on first use too

@@ -14,12 +14,14 @@ changes are written together, deletions before upsertions.
 from __future__ import annotations
 
 from ...protocol.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
     DUPLICATE_RESOURCE,
     NONE,
     RESOURCE_NOT_FOUND,
     UNACCEPTABLE_CREDENTIAL,
     UNSUPPORTED_SASL_MECHANISM,
 )
+from ...security.acl import Operation
 from ...security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -44,6 +46,10 @@ def scram_credential(broker, user: str, mechanism: str):
 def describe_user_scram_credentials(broker, request):
     stored = broker.metadata.user_scram
     users = request.body.users
+    if not broker.access(request).cluster(Operation.DESCRIBE):  # Kafka: DESCRIBE on the cluster
+        return {"throttle_time": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None, "results": [
+            {"user": u.name, "error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
+             "credential_infos": []} for u in users or ()]}
     names = sorted(stored) if not users else [u.name for u in users]
     results, seen = [], set()
     for name in names:
@@ -76,6 +82,10 @@ def _check(name: str, mechanism: int) -> tuple[object, str] | None:
 async def alter_user_scram_credentials(broker, request):
     body = request.body
     stored = broker.metadata.user_scram
+    if not broker.access(request).cluster(Operation.ALTER):  # Kafka: ALTER on the cluster
+        names = sorted({c.name for c in (*body.deletions, *body.upsertions)})
+        return {"throttle_time": 0, "results": [{"user": n, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                                                 "error_message": None} for n in names]}
     counts: dict[str, int] = {}
     for change in (*body.deletions, *body.upsertions):
         counts[change.name] = counts.get(change.name, 0) + 1

@@ -24,9 +24,11 @@ from ...protocol.errors import (
     POLICY_VIOLATION,
     REQUEST_TIMED_OUT,
     TOPIC_ALREADY_EXISTS,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...security.acl import Operation
 from ..broker import MAX_PARTITIONS_PER_REQUEST, MAX_PARTITIONS_PER_TOPIC
 from ..registry import api
 from ..slices import TimeSlice
@@ -132,6 +134,8 @@ async def create_topics(broker, request):
     assignments: dict[str, list[tuple[int, ...]]] = {}
     keys: dict[str, str] = {}
     described: dict[frozenset, list[dict]] = {}  # one description per distinct set of overrides
+    access = broker.access(request)
+    may_create_any = access.cluster(Operation.CREATE)  # Kafka: CREATE on the cluster, else on each topic
     turn = TimeSlice()  # 10,000 topics in one request: other clients get turns meanwhile
     for t in body.topics:
         await turn.tick()
@@ -143,6 +147,8 @@ async def create_topics(broker, request):
                 raise _Reject(POLICY_VIOLATION, EXCESSIVE_PARTITIONS)
             if counts[t.name] > 1:
                 raise _Reject(INVALID_REQUEST, "Create topics request from client contains a duplicate topic")
+            if not may_create_any and not access.topic(Operation.CREATE, t.name):
+                raise _Reject(TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             partitions, overrides, replicas = _check_create(broker, t)
             key = collision_key(t.name)
             if key in keys:
@@ -151,8 +157,11 @@ async def create_topics(broker, request):
             key_of = frozenset(overrides.items())
             if key_of not in described:
                 described[key_of] = _describe_configs(broker, overrides)
-            result.update(num_partitions=partitions, replication_factor=len(replicas[0]) if replicas else 1,
-                          configs=described[key_of])
+            if access.topic(Operation.DESCRIBE_CONFIGS, t.name):
+                result.update(num_partitions=partitions, replication_factor=len(replicas[0]) if replicas else 1,
+                              configs=described[key_of])
+            else:  # Kafka: created, but its configs are not shown (KIP-525)
+                result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED
             if not body.validate_only:
                 creating.append((result, (t.name, partitions, overrides)))
                 assignments[t.name] = replicas
@@ -187,10 +196,24 @@ async def delete_topics(broker, request):
     else:
         wanted = [(name, None) for name in body.topic_names]
     responses = []
+    access = broker.access(request)
+    every = access.cluster(Operation.DELETE)  # Kafka: DELETE on the cluster, else DESCRIBE and DELETE on each
     for name, topic_id in wanted:
         if topic_id is not None and topic_id != ZERO_UUID and name is None:
             topic = broker.metadata.get_by_id(topic_id)
             missing = (UNKNOWN_TOPIC_ID, "unknown topic id")
+            if topic is not None and not every and not access.topic(Operation.DELETE, topic.name):
+                # The name is told only to who may describe it.
+                told = topic.name if access.topic(Operation.DESCRIBE, topic.name) else None
+                responses.append({"name": told, "topic_id": topic_id, "error_code": TOPIC_AUTHORIZATION_FAILED,
+                                  "error_message": "Authorization failed."})
+                continue
+        elif name and not every and not (access.topic(Operation.DESCRIBE, name)
+                                         and (access.topic(Operation.DELETE, name) or broker.metadata.get(name) is None)):
+            # Not describable: refused whether or not it exists; describable: refused if it exists.
+            responses.append({"name": name, "topic_id": ZERO_UUID, "error_code": TOPIC_AUTHORIZATION_FAILED,
+                              "error_message": "Authorization failed."})
+            continue
         else:
             topic = broker.metadata.get(name) if name else None
             missing = (UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
@@ -229,6 +252,7 @@ async def create_partitions(broker, request):
     growing: dict[str, int] = {}
     explicit: dict[str, list[tuple[int, ...]]] = {}
     live = {b.node_id for b in broker.replicas.brokers()}
+    access = broker.access(request)
     for t in body.topics:
         code, message = NONE, None
         topic = broker.metadata.get(t.name)
@@ -236,6 +260,8 @@ async def create_partitions(broker, request):
             code, message = POLICY_VIOLATION, EXCESSIVE_PARTITIONS
         elif counts[t.name] > 1:
             code, message = INVALID_REQUEST, "Duplicate topic in request."
+        elif not access.topic(Operation.ALTER, t.name):  # Kafka: ALTER on the topic, after the duplicates
+            code, message = TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
         elif topic is None:
             code, message = UNKNOWN_TOPIC_OR_PARTITION, "The topic does not exist."
         elif topic.is_internal:

@@ -18,15 +18,20 @@ from __future__ import annotations
 import asyncio
 import datetime
 
-from ...cluster.names import CONSUMER_OFFSETS
+from ...cluster.names import CONSUMER_OFFSETS, TRANSACTION_STATE
 from ...coordinator.errors import error_code_for
 from ...protocol.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    GROUP_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
     NONE,
     OPERATION_NOT_ATTEMPTED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from ...records.control import Marker
+from ...security.acl import OPEN, Operation
 from ...transactions import coordinator as C
 from ..coordinated import answer
 from ..registry import api
@@ -51,6 +56,14 @@ def add_partitions_to_txn(broker, request):
             for name, parts in topics]}
 
     wanted = [(name, p) for name, parts in topics for p in parts]
+    access = broker.access(request)
+    if not access.transactional_id(Operation.WRITE, tid):
+        return shape({tp: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted})
+    # Kafka: WRITE on each topic (internal topics never pass); one refused, none attempted.
+    denied = {(n, p) for n, p in wanted if not access.topic(Operation.WRITE, n)
+              or (access.enforced and n in (CONSUMER_OFFSETS, TRANSACTION_STATE))}
+    if denied:
+        return shape({tp: TOPIC_AUTHORIZATION_FAILED if tp in denied else OPERATION_NOT_ATTEMPTED for tp in wanted})
     unknown = set()
     for name, p in wanted:
         topic = broker.metadata.get(name)
@@ -68,6 +81,11 @@ def add_partitions_to_txn(broker, request):
 @api(25, "AddOffsetsToTxn", 0, 4)
 def add_offsets_to_txn(broker, request):
     b = request.body
+    access = broker.access(request)
+    if not access.transactional_id(Operation.WRITE, b.transactional_id):
+        return {"throttle_time": 0, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    if not access.group(Operation.READ, b.group_id):
+        return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
     if not b.group_id:
         return {"throttle_time": 0, "error_code": INVALID_REQUEST}
     # The group's __consumer_offsets partition joins the transaction: its marker will make
@@ -82,6 +100,8 @@ def add_offsets_to_txn(broker, request):
 @api(26, "EndTxn", 0, 4)
 async def end_txn(broker, request):
     b = request.body
+    if not broker.access(request).transactional_id(Operation.WRITE, b.transactional_id):
+        return {"throttle_time": 0, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     op = lambda shard, now: C.end_txn(shard, b.transactional_id, b.producer_id, b.producer_epoch,  # noqa: E731
                                       bool(b.committed), now, old_version=request.api_version < 2)
     result = answer(_submit(broker, b.transactional_id, op), lambda code: {"throttle_time": 0, "error_code": code},
@@ -98,6 +118,13 @@ async def end_txn(broker, request):
 async def write_txn_markers(broker, request):
     """A transaction coordinator asks this broker, the leader of the partitions, to write
     markers. Each partition is answered once its marker is committed."""
+    access = broker.access(request)
+    if not (access.cluster(Operation.ALTER) or access.cluster(Operation.CLUSTER_ACTION)):
+        # Kafka: ALTER, else CLUSTER_ACTION on the cluster (a broker's principal); every partition refused.
+        return {"markers": [{"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p, "error_code": CLUSTER_AUTHORIZATION_FAILED}
+                                            for p in t.partition_indexes]} for t in m.topics]}
+            for m in request.body.markers]}
     out = []
     for m in request.body.markers:
         marker = Marker(m.producer_id, m.producer_epoch, bool(m.transaction_result), m.coordinator_epoch)
@@ -119,9 +146,11 @@ def _start_time(ms: int):
     return _NO_START if ms < 0 else ms
 
 
-def _describe_one(broker, tid: str) -> dict:
+def _describe_one(broker, tid: str, access=OPEN) -> dict:
     empty = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
              "transaction_start_time": _NO_START, "producer_id": -1, "producer_epoch": -1, "topics": []}
+    if not access.transactional_id(Operation.DESCRIBE, tid):
+        return {**empty, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     try:
         shard = broker.txn_coordinator.runtime.active_shard(tid)
     except Exception as exc:  # noqa: BLE001 - CoordinatorUnavailable: not served here
@@ -133,7 +162,8 @@ def _describe_one(broker, tid: str) -> dict:
         return {**empty, "error_code": TRANSACTIONAL_ID_NOT_FOUND}
     by_topic: dict[str, list[int]] = {}
     for t, p in sorted(txn.partitions):
-        by_topic.setdefault(t, []).append(p)
+        if access.topic(Operation.DESCRIBE, t):  # Kafka leaves out topics the principal may not describe
+            by_topic.setdefault(t, []).append(p)
     return {"error_code": NONE, "transactional_id": tid, "transaction_state": txn.state.wire_name,
             "transaction_timeout": txn.timeout_ms, "transaction_start_time": _start_time(txn.start_ms),
             "producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch,
@@ -142,7 +172,8 @@ def _describe_one(broker, tid: str) -> dict:
 
 @api(65, "DescribeTransactions", 0, 0)
 def describe_transactions(broker, request):
-    return {"throttle_time": 0, "transaction_states": [_describe_one(broker, tid)
+    access = broker.access(request)
+    return {"throttle_time": 0, "transaction_states": [_describe_one(broker, tid, access)
                                                        for tid in request.body.transactional_ids]}
 
 
@@ -154,9 +185,12 @@ def list_transactions(broker, request):
     duration = request.field("duration_filter", -1)
     known = {s.wire_name for s in C.TxnState}
     now = broker.clock()
+    access = broker.access(request)
     out = []
     for shard in broker.txn_coordinator.runtime.shards.values():
         for tid, txn in sorted(shard.txns.items()):
+            if not access.transactional_id(Operation.DESCRIBE, tid):
+                continue  # Kafka lists only what the principal may describe
             if states and txn.state.wire_name not in states:
                 continue
             if pids and txn.producer_id not in pids:

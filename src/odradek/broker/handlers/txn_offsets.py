@@ -21,9 +21,13 @@ from ...coordinator import txn_offsets as T
 from ...protocol.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
+    GROUP_AUTHORIZATION_FAILED,
     INVALID_GROUP_ID,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from ...security.acl import Operation
 from ..coordinated import answer
 from ..registry import api
 
@@ -33,15 +37,24 @@ def txn_offset_commit(broker, request):
     b = request.body
     v = request.api_version
     topics = []
-    unknown = []  # (topic name, partition indexes)
+    unknown = []  # (topic name, partition indexes, error code)
+    access = broker.access(request)
+    # Kafka: WRITE on the transactional id, READ on the group, then READ on each topic.
+    refused = TRANSACTIONAL_ID_AUTHORIZATION_FAILED if not access.transactional_id(
+        Operation.WRITE, b.transactional_id) else GROUP_AUTHORIZATION_FAILED if not access.group(
+        Operation.READ, b.group_id) else None
     for t in b.topics:
+        code = refused or (None if access.topic(Operation.READ, t.name) else TOPIC_AUTHORIZATION_FAILED)
+        if code is not None:
+            unknown.append((t.name, [p.partition_index for p in t.partitions], code))
+            continue
         topic = broker.metadata.get(t.name)
         if topic is None:
-            unknown.append((t.name, [p.partition_index for p in t.partitions]))
+            unknown.append((t.name, [p.partition_index for p in t.partitions], UNKNOWN_TOPIC_OR_PARTITION))
             continue
         bad = [p.partition_index for p in t.partitions if not 0 <= p.partition_index < topic.partitions]
         if bad:
-            unknown.append((t.name, bad))
+            unknown.append((t.name, bad, UNKNOWN_TOPIC_OR_PARTITION))
         parts = tuple(O.CommitPartition(p.partition_index, p.committed_offset,
                                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
                       for p in t.partitions if 0 <= p.partition_index < topic.partitions)
@@ -49,9 +62,8 @@ def txn_offset_commit(broker, request):
             topics.append((topic.name, topic.topic_id, parts))
 
     def shape(out: list[dict]) -> dict:
-        for name, indexes in unknown:
-            out.append({"name": name, "partitions": [{"partition_index": i, "error_code": UNKNOWN_TOPIC_OR_PARTITION}
-                                                     for i in indexes]})
+        for name, indexes, code in unknown:
+            out.append({"name": name, "partitions": [{"partition_index": i, "error_code": code} for i in indexes]})
         if v < 2:
             for t in out:
                 for p in t["partitions"]:

@@ -3,7 +3,7 @@ scripts (and librdkafka's test suite, through KAFKA_PATH) run unchanged.
 
 `odradek kafka-topics ARGS` parses kafka-topics.sh's options, and likewise
 kafka-configs, kafka-consumer-groups, kafka-console-producer, kafka-console-consumer
-and kafka-acls (which only says odradek has no authorizer). These subcommands bypass
+and kafka-acls (commands/acls.py). These subcommands bypass
 odradek's own argparse tree: their command lines are Kafka's (joptsimple) and are
 handed over whole. `odradek kafka-scripts DIR` writes DIR/bin/kafka-*.sh, each exec'ing
 this interpreter on `-m odradek TOOL`, by absolute path so they work with no PATH.
@@ -50,10 +50,17 @@ def run(tool: str, argv: list[str]) -> int:
     """Run a Kafka tool with its own command line; returns the exit status."""
     module, _ = TOOLS[tool]
     if module is None:
-        return _acls(argv)
+        from ..acls import kafka_acls
+
+        return kafka_acls(argv)
     mod = importlib.import_module(f"{__name__}.{module}")
+    from ...client.security import SecurityConfigError
+
     try:
         return mod.run(argv) if module != "console" else mod.run(tool, argv)
+    except SecurityConfigError as exc:  # security.protocol, sasl.*, ssl.* that cannot work
+        print(f"Error while executing {TOOLS[tool][1]}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -61,17 +68,6 @@ def run(tool: str, argv: list[str]) -> int:
         # complaining when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-def _acls(argv: list[str]) -> int:
-    if "--help" in argv or "-h" in argv:
-        print("kafka-acls.sh on odradek: odradek has no authorizer yet, so there are no ACLs to list, add or remove.")
-        return 0
-    # What Kafka's AclCommand prints against a broker with no authorizer configured.
-    print("Error while executing ACL command: org.apache.kafka.common.errors.SecurityDisabledException: "
-          "No Authorizer is configured on the broker (odradek has no authorizer yet: ACLs cannot be listed, "
-          "added or removed)", file=sys.stderr)
-    return 1
 
 
 # ---------------------------------------------------------------------- kafka-scripts DIR

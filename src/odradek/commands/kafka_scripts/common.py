@@ -7,8 +7,7 @@ CommandLineUtils.printUsageAndExit: the message, then the usage, on stderr, exit
 `--producer-property`, `--consumer.config` ...) use the Java clients' names; those
 odradek's client has an equivalent for are passed on, the others are reported once on
 stderr and ignored, as a Java client logs a config "supplied but isn't a known config".
-A security protocol other than PLAINTEXT is refused outright: connecting in plain text
-to a TLS or SASL listener would only fail later and less clearly.
+TLS and SASL properties (security.protocol, sasl.*, ssl.*) go to the client as they are.
 """
 
 from __future__ import annotations
@@ -174,13 +173,15 @@ _SILENT = {"bootstrap.servers", "key.serializer", "value.serializer", "key.deser
 def client_config(props: dict[str, str], kind: str, *, tool: str) -> dict[str, object]:
     """odradek client keywords for the Java client properties `props` (kind: admin,
     producer or consumer); unsupported ones are reported on stderr and left out."""
-    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol != "PLAINTEXT":
-        raise ToolError(f"security.protocol={protocol} is not supported: odradek's client speaks PLAINTEXT only")
     table = KINDS[kind]
     out: dict[str, object] = {}
     ignored = []
+    security = {k: v for k, v in props.items() if k.startswith(("security.", "sasl.", "ssl.", "enable.ssl"))}
+    if security:
+        out["security"] = security  # TLS and SASL, with Kafka's names (client/security.py)
     for key, value in props.items():
+        if key in security:
+            continue
         if key in table:
             name, convert = table[key]
             try:

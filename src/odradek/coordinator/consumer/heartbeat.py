@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol.errors import (
@@ -93,6 +93,10 @@ class HeartbeatRequest:
     # KIP-848 "Online Migration": set when a classic member's JoinGroup is translated into
     # this request; None for consumer-protocol heartbeats (which make a member consumer-protocol).
     classic: ClassicMeta | None = None
+    # KIP-848 "Required ACL" as Kafka 4 enforces it (KAFKA-18813): a regex resolves only to
+    # topics the member whose heartbeat triggers the refresh may DESCRIBE. The broker gives
+    # the predicate of the request's principal; None (no authorizer) sees every topic.
+    can_describe: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_full(self) -> bool:
@@ -233,7 +237,7 @@ def _steady(shard: Shard, group: ConsumerGroup, req: HeartbeatRequest, now_ms: i
     shard.timer.schedule(("session", gid, m.member_id), now_ms + shard.session_timeout_ms(gid),
                          fence_op(fence, gid, m.member_id))
     if group.regex_counts:
-        maybe_schedule_refresh(shard, group, now_ms)  # Kafka checks on every heartbeat
+        maybe_schedule_refresh(shard, group, now_ms, can_describe=req.can_describe)  # Kafka checks on every heartbeat
     assignment = None
     if req.is_full:
         assignment = {"topic_partitions": [
@@ -358,7 +362,7 @@ def member_heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fe
             if rx:
                 counts[rx] = counts.get(rx, 0) + delta
         counts = {rx: n for rx, n in counts.items() if n > 0}
-    maybe_schedule_refresh(shard, group, now_ms, counts, new_regex)
+    maybe_schedule_refresh(shard, group, now_ms, counts, new_regex, req.can_describe)
     arm_timers(shard, gid, reconciled, now_ms, fence)
     if predecessor is not None:
         shard.timer.cancel(("session", gid, predecessor.member_id))

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .. import records as R
 from ..shard import Result, Shard
@@ -96,7 +96,8 @@ def dropped_regexes(group: ConsumerGroup, removed: Iterable[ConsumerMember]) -> 
 
 
 def maybe_schedule_refresh(shard: Shard, group: ConsumerGroup, now_ms: int,
-                           counts: Mapping[str, int] | None = None, new_regex: bool = False) -> None:
+                           counts: Mapping[str, int] | None = None, new_regex: bool = False,
+                           can_describe: Callable[[str], bool] | None = None) -> None:
     """Kafka's maybeUpdateRegularExpressions, second half: schedule the group's refresh when
     one is due. `counts`: the regexes in use once the current request is applied."""
     counts = group.regex_counts if counts is None else counts
@@ -120,15 +121,18 @@ def maybe_schedule_refresh(shard: Shard, group: ConsumerGroup, now_ms: int,
     # 2. "The last refresh is older than 10s": Kafka refreshes when now > last + 10 s.
     due = now_ms if last is None else max(now_ms, last + REGEX_BATCH_REFRESH_MIN_INTERVAL_MS + 1)
     gid = group.group_id
-    shard.timer.schedule(key, due, lambda s, now: refresh_regexes(s, gid, now))
+    shard.timer.schedule(key, due, lambda s, now: refresh_regexes(s, gid, now, can_describe))
 
 
 # --- off the request path: the resolution ----------------------------------------------------
 
 
-def refresh_regexes(shard: Shard, group_id: str, now_ms: int) -> Result:
+def refresh_regexes(shard: Shard, group_id: str, now_ms: int,
+                    can_describe: Callable[[str], bool] | None = None) -> Result:
     """Resolve every regex `group_id` uses and install the result (Kafka's
-    refreshRegularExpressions + handleRegularExpressionsResult, run as one operation)."""
+    refreshRegularExpressions + handleRegularExpressionsResult, run as one operation).
+    `can_describe`: the triggering member's DESCRIBE permission on a topic (Kafka's
+    filterTopicDescribeAuthorizedTopics); a topic it may not describe is left out."""
     group = shard.consumer_groups.get(group_id)
     if group is None or not group.regex_counts:
         return Result([], None)  # the group went away, or stopped using regexes, meanwhile
@@ -141,6 +145,8 @@ def refresh_regexes(shard: Shard, group_id: str, now_ms: int) -> Result:
     for regex in sorted(group.regex_counts):
         try:
             topics = resolve_regex(regex, image)
+            if can_describe is not None:
+                topics = frozenset(t for t in topics if can_describe(t))
         except InvalidRegex as exc:  # validated on the way in; Kafka logs and resolves to nothing
             log.error("group %s: cannot resolve regular expression %r: %s", group_id, regex, exc)
             topics = frozenset()
