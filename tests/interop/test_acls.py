@@ -4,7 +4,6 @@ kafka-configs.sh would), and librdkafka clients allowed or refused as Kafka refu
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 
@@ -15,6 +14,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from odradek.cluster.etcd_process import free_port  # noqa: E402
 from tests.conftest import ODRADEK, ROOT, BrokerProcess  # noqa: E402
 
 pytestmark = pytest.mark.interop
@@ -23,16 +23,10 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_a
         'user_alice="alice-pw" user_bob="bob-pw";')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def authz(tmp_path_factory):
     d = tmp_path_factory.mktemp("acls")
-    port = _free_port()
+    port = free_port()
     props = [f"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}",
              "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256", f"plain.sasl.jaas.config={JAAS}",
              "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",

@@ -19,18 +19,13 @@ from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism  # noqa: E402
 from confluent_kafka.admin import UserScramCredentialUpsertion  # noqa: E402
 
+from odradek.cluster.etcd_process import free_port  # noqa: E402
 from odradek.security.certs import CertificateAuthority  # noqa: E402
 
 pytestmark = pytest.mark.interop
 TIMEOUT = 30.0
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Secured:
@@ -69,7 +64,7 @@ def secured(tmp_path_factory, request):
     _, keystore = ca.issue("CN=localhost", ["localhost", "127.0.0.1"]).write(d, "broker")
     client_cert, _ = ca.issue("CN=alice,OU=eng,O=acme", client=True).write(d, "alice")
     other_cert, _ = CertificateAuthority("CN=someone else's CA").issue("CN=mallory", client=True).write(d, "mallory")
-    ports = {"SSL": _free_port(), "SASL_PLAINTEXT": _free_port(), "SASL_SSL": _free_port()}
+    ports = {"SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
     listeners = ",".join(["PLAINTEXT://127.0.0.1:0"] + [f"{n}://127.0.0.1:{p}" for n, p in ports.items()])
     props = [f"listeners={listeners}", f"ssl.keystore.location={keystore}", "ssl.keystore.type=PEM",
              f"ssl.truststore.location={ca_path}", "ssl.truststore.type=PEM",

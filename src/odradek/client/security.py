@@ -24,11 +24,11 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..security.listeners import PROTOCOLS, uses_sasl, uses_tls
 from ..security.plain import parse_jaas, plain_message
 from ..security.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..security.scram import ScramClient, ScramError
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
 
@@ -47,11 +47,11 @@ class ClientSecurity:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.protocol)
 
     @property
     def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return uses_sasl(self.protocol)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str] | None) -> ClientSecurity:

@@ -203,6 +203,10 @@ class MetadataStore(TopicRegistry):
 
     # --- applying changes -----------------------------------------------------------------------
 
+    # journal kind -> the dict it replaces entries of
+    _NAMED = {"group_config": "group_configs", "broker_configs": "broker_configs", "user_scram": "user_scram",
+              "acls": "acls"}
+
     def _apply(self, op: list[Any]) -> None:
         kind = op[0]
         if kind == "create":
@@ -212,30 +216,18 @@ class MetadataStore(TopicRegistry):
             self._remove(op[1])
         elif kind == "partitions":
             self.topics[op[1]].partitions = int(op[2])
-        elif kind == "group_config":
+        elif kind in self._NAMED:
+            # A named dict of settings replaced whole; empty removes it.
+            target = getattr(self, self._NAMED[kind])
             if op[2]:
-                self.group_configs[op[1]] = dict(op[2])
+                target[op[1]] = dict(op[2])
             else:
-                self.group_configs.pop(op[1], None)
+                target.pop(op[1], None)
+            if kind == "acls":
+                self.acl_version += 1
         elif kind == "topic_configs":
             # Kafka's AlterConfigs / IncrementalAlterConfigs on a TOPIC: its whole set of overrides.
             self.topics[op[1]].configs = dict(op[2])
-        elif kind == "broker_configs":
-            if op[2]:
-                self.broker_configs[op[1]] = dict(op[2])
-            else:
-                self.broker_configs.pop(op[1], None)
-        elif kind == "user_scram":
-            if op[2]:
-                self.user_scram[op[1]] = dict(op[2])
-            else:
-                self.user_scram.pop(op[1], None)
-        elif kind == "acls":
-            if op[2]:
-                self.acls[op[1]] = dict(op[2])
-            else:
-                self.acls.pop(op[1], None)
-            self.acl_version += 1
         elif kind == "producer_block":
             self.producer_id_block_end = int(op[1])
         else:

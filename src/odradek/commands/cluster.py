@@ -57,13 +57,13 @@ class LocalCluster:
         return self.racks[(node_id - 1) % len(self.racks)] if self.racks else None
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
-        from ..cluster.etcd_process import EtcdProcess
+        from ..cluster.etcd_process import EtcdProcess, free_port
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.etcd = EtcdProcess(self.data_dir / "etcd", client_port=self.etcd_port)
         self.etcd.start()
         for n in range(1, self.count + 1):
-            self.ports[n] = self.port + n - 1 if self.port else _free_port()
+            self.ports[n] = self.port + n - 1 if self.port else free_port()
             self.start_broker(n, wait=False)
         for n in range(1, self.count + 1):
             self.wait_ready(n, timeout)
@@ -141,14 +141,6 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -31,8 +31,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .operations import AclOperation as _KnownOps
-
 CLUSTER_NAME = "kafka-cluster"  # Kafka's Resource.CLUSTER_NAME
 WILDCARD_RESOURCE = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -76,8 +74,6 @@ class Operation(IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
 
-
-assert all(Operation[o.name] == o.value for o in _KnownOps)  # one numbering with operations.py
 
 
 class Permission(IntEnum):

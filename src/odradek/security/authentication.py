@@ -33,7 +33,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..protocol.errors import NONE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
+from ..protocol.errors import (
+    NONE,
+    SASL_AUTHENTICATION_FAILED,
+    UNSUPPORTED_SASL_MECHANISM,
+)
 from .plain import PlainError, authenticate_plain
 from .scram import MECHANISMS as SCRAM_MECHANISMS
 from .scram import ScramCredential, ScramError, ScramServer

@@ -28,6 +28,14 @@ class ListenerError(ValueError):
     pass
 
 
+def uses_tls(protocol: str) -> bool:
+    return protocol in ("SSL", "SASL_SSL")
+
+
+def uses_sasl(protocol: str) -> bool:
+    return protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
 @dataclass
 class Listener:
     name: str
@@ -39,11 +47,11 @@ class Listener:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.protocol)
 
     @property
     def sasl(self) -> bool:
-        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        return uses_sasl(self.protocol)
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -1,31 +1,21 @@
 """Authorized operations (KIP-430) as Metadata, DescribeCluster, DescribeGroups and
 ConsumerGroupDescribe report them.
 
-Kafka's AuthHelper.authorizedOperations answers every operation the resource type
-supports (AclEntry.supportedOperations) when no authorizer is configured, which is
-odradek's case until the security issue adds one. The answer is a 32-bit field with bit
-`code` set for each AclOperation code; INT32_MIN means "not requested".
+Kafka's AuthHelper.authorizedOperations answers the operations of the resource type
+(AclEntry.supportedOperations) the principal may do: all of them when no authorizer is
+configured (`authorized_operations`), else what the authorizer allows (security/acl.py
+Access.operations). The answer is a 32-bit field with bit `code` set for each AclOperation
+code; INT32_MIN means "not requested".
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import IntEnum
 
+from .acl import Operation
 
-class AclOperation(IntEnum):
-    # org.apache.kafka.common.acl.AclOperation codes
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
+# org.apache.kafka.common.acl.AclOperation codes: one enum for the authorizer and these fields.
+AclOperation = Operation
 
 NOT_REQUESTED = -(2**31)
 
