@@ -73,6 +73,7 @@ bench: $(STAMP_BENCH) $(STAMP_SPARK) java
 	$(PY) bench/coordinator.py
 	$(PY) bench/rebalance.py
 	$(PY) bench/spark.py
+	$(PY) bench/security.py
 
 # The Spark streaming demo: an embedded broker, 30 s of clicks at 2000/s, windowed page counts to
 # Parquet (./pipeline-output) and to topic page-counts, then a summary (see `odradek pipeline demo -h`).

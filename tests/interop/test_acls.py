@@ -193,3 +193,25 @@ def test_bad_security_settings_stop_the_broker_with_a_message(tmp_path, props, s
                         *[a for p in props for a in ("-o", p)]], capture_output=True, text=True, cwd=ROOT,
                        timeout=60, check=False)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_librdkafka_reauthenticates_within_the_session_lifetime(tmp_path):
+    """KIP-368: connections.max.reauth.ms=2000; librdkafka 2.16 re-authenticates at 90% of the
+    lifetime on the same connection, so a producer sending for 7 s sees no error."""
+    port = free_port()
+    props = [f"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}",
+             "sasl.enabled.mechanisms=PLAIN", f"plain.sasl.jaas.config={JAAS}",
+             "listener.name.sasl_plaintext.connections.max.reauth.ms=2000"]
+    b = BrokerProcess(tmp_path / "data", [a for p in props for a in ("-o", p)]).start()
+    try:
+        b.sasl = f"127.0.0.1:{port}"
+        errors, delivered = [], []
+        p = Producer(conf(b, "alice", "alice-pw", **{"error_cb": errors.append}))
+        deadline = time.monotonic() + 7
+        while time.monotonic() < deadline:
+            p.produce("reauth", b"x", on_delivery=lambda err, _m: delivered.append(err))
+            p.poll(0.2)
+        assert p.flush(TIMEOUT) == 0
+        assert errors == [] and len(delivered) >= 20 and not any(delivered), (errors, delivered[:3])
+    finally:
+        assert b.stop() == 0

@@ -101,14 +101,6 @@ class AclBinding:
     operation: Operation
     permission: Permission
 
-    def on(self, resource_type: ResourceType, name: str) -> bool:
-        """Whether the binding's pattern covers the concrete resource (type, name)."""
-        if self.resource_type != resource_type:
-            return False
-        if self.pattern_type is PatternType.LITERAL:
-            return self.resource_name == name or self.resource_name == WILDCARD_RESOURCE
-        return self.pattern_type is PatternType.PREFIXED and name.startswith(self.resource_name)
-
     def applies(self, principal: str, host: str, operation: Operation) -> bool:
         if self.principal != principal and self.principal != WILDCARD_PRINCIPAL:
             return False
@@ -192,9 +184,30 @@ class Authorizer:
     def set_acls(self, acls: Iterable[AclBinding]) -> None:
         self._all = tuple(acls)  # in the order they were created
         by_type: dict[ResourceType, list[AclBinding]] = {}
+        # Indexed as Kafka's StandardAuthorizerData is (a decision must not scan every ACL):
+        # (type, literal name) -> bindings, "*" included as a name; (type, prefix) -> bindings.
+        literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         for b in self._all:
             by_type.setdefault(b.resource_type, []).append(b)
+            index = literal if b.pattern_type is PatternType.LITERAL else prefixed
+            index.setdefault((b.resource_type, b.resource_name), []).append(b)
         self._by_type = {t: tuple(bs) for t, bs in by_type.items()}
+        self._literal = {k: tuple(v) for k, v in literal.items()}
+        self._prefixed = {k: tuple(v) for k, v in prefixed.items()}
+        self._prefix_lengths = {t: sorted({len(n) for tt, n in prefixed if tt == t}) for t in by_type}
+
+    def _on_resource(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        """The bindings whose pattern covers (type, name): the literal name, "*", and every
+        prefix of the name that has PREFIXED bindings."""
+        out = list(self._literal.get((resource_type, name), ()))
+        if name != WILDCARD_RESOURCE:
+            out += self._literal.get((resource_type, WILDCARD_RESOURCE), ())
+        for n in self._prefix_lengths.get(resource_type, ()):
+            if n > len(name):
+                break
+            out += self._prefixed.get((resource_type, name[:n]), ())
+        return out
 
     def acls(self, flt: BindingFilter = BindingFilter()) -> list[AclBinding]:
         return [b for b in self._all if flt.matches(b)]
@@ -203,18 +216,15 @@ class Authorizer:
                   name: str) -> bool:
         if principal in self.super_users:
             return True
-        on_resource = False
+        matching = self._on_resource(resource_type, name)
+        if not matching:
+            return self.allow_if_no_acls  # no ACL names the resource at all
         allowed = False
-        for b in self._by_type.get(resource_type, ()):
-            if not b.on(resource_type, name):
-                continue
-            on_resource = True
+        for b in matching:
             if b.applies(principal, host, operation):
                 if b.permission is Permission.DENY:
                     return False  # DENY wins
                 allowed = True
-        if not on_resource:
-            return self.allow_if_no_acls
         return allowed
 
     def authorize_any(self, principal: str, host: str, operation: Operation, resource_type: ResourceType) -> bool:
