@@ -353,6 +353,30 @@ def test_set_configs_round_trip(etcd):
     run(body())
 
 
+
+def test_scram_credentials_and_acls_reach_every_broker(etcd):
+    """Security lives in the cluster metadata (issue 20): SCRAM credentials and ACLs written by
+    one broker are seen by the others, and the ACL version moves so authorizers rebuild."""
+    from odradek.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType, entry_key, \
+        pattern_key
+
+    async def body():
+        b1, b2 = await started(etcd, 1), await started(etcd, 2)
+        binding = AclBinding(ResourceType.TOPIC, "orders/eu", PatternType.PREFIXED, "User:alice", "*",
+                             Operation.READ, Permission.ALLOW)
+        before = b2.acl_version
+        await b1.set_configs(users={"alice": {"SCRAM-SHA-256": "salt=AA==,stored_key=AA==,server_key=AA==,"
+                                                                "iterations=4096"}},
+                             acls={pattern_key(binding): {entry_key(binding): "1"}})
+        await eventually(lambda: "alice" in b2.user_scram and b2.acls)
+        assert b2.acls == {pattern_key(binding): {entry_key(binding): "1"}} and b2.acl_version > before
+        await b2.set_configs(users={"alice": {}}, acls={pattern_key(binding): {}})
+        await eventually(lambda: not b1.user_scram and not b1.acls)
+        await close_all(b1, b2)
+
+    run(body())
+
+
 def test_producer_ids_unique_across_brokers_and_restarts(etcd):
     async def body():
         b1, b2 = await started(etcd, 1), await started(etcd, 2)
