@@ -51,7 +51,7 @@ def _acl_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--principal", help="--list: only this principal's ACLs")
     p.add_argument("--producer", action="store_true", help="the ACLs a producer needs on --topic")
     p.add_argument("--consumer", action="store_true", help="the ACLs a consumer needs on --topic and --group")
-    p.add_argument("--force", action="store_true", help="remove without asking")
+    p.add_argument("--force", action="store_true", help="accepted as kafka-acls.sh takes it (odradek never asks)")
 
 
 def register(sub, common) -> None:
