@@ -335,7 +335,8 @@ def seed_data_dir(data_dir: Path, n_members: int, partitions: int) -> dict:
         b.close()
 
 
-def drive_broker(loop: asyncio.AbstractEventLoop, broker: Broker, frames: list[bytes], count: int, max_s: float) -> tuple[int, float, int]:
+def drive_broker(loop: asyncio.AbstractEventLoop, broker: Broker, frames: list[bytes], count: int, max_s: float,
+                 session: Any = None) -> tuple[int, float, int]:
     async def go() -> tuple[int, float, int]:
         handle, tick = broker.handle_frame, broker.coordinator_tick
         n = len(frames)
@@ -346,7 +347,7 @@ def drive_broker(loop: asyncio.AbstractEventLoop, broker: Broker, frames: list[b
         deadline = t0 + max_s
         while done < count:
             for _ in range(min(512, count - done)):
-                resp = await handle(frames[i], CLIENT_HOST)
+                resp = await handle(frames[i], CLIENT_HOST, session)
                 i += 1
                 if i == n:
                     i = 0

@@ -95,11 +95,6 @@ USER, PASSWORD, MECHANISM = "bench", "bench-pw", "SCRAM-SHA-256"
 WARM_TOPIC = "sec-warm-up"
 GROUP, TOPIC, PRINCIPAL = "bench-group", "bench-topic", "User:bench"
 HB_KEY, HB_VERSION = 68, 1
-CLIENT_HOST = "/127.0.0.1"
-TICK_S = 0.05  # the broker runs coordinator timers every 50 ms (server.py): so does the heartbeat loop
-# ConsumerGroupHeartbeat v1 response (flexible), after the size prefix: correlation id i32,
-# header tags (1 byte when empty), throttle i32, error code i16.
-ERROR_CODE_AT = 4 + 4 + 1 + 4
 
 
 def median(xs: list[float | None]) -> float | None:
@@ -495,35 +490,6 @@ def store_acls(broker: Any, bindings: list) -> None:
     run_now(broker.metadata.set_configs(acls=changes))
 
 
-def drive(loop: Any, broker: Any, frame: bytes, session: Any, count: int, max_s: float) -> tuple[int, float, int]:
-    """`count` handle_frame calls with the same frame (bounded by `max_s`), the coordinator's
-    timers ticked every 50 ms as the broker does. Returns (done, seconds, error answers)."""
-    import gc
-
-    async def go() -> tuple[int, float, int]:
-        handle, tick = broker.handle_frame, broker.coordinator_tick
-        errors = done = 0
-        gc.collect()
-        t0 = time.perf_counter()
-        next_tick, deadline = t0 + TICK_S, t0 + max_s
-        while done < count:
-            k = min(256, count - done)
-            for _ in range(k):
-                resp = await handle(frame, CLIENT_HOST, session)
-                if resp[ERROR_CODE_AT] or resp[ERROR_CODE_AT + 1]:
-                    errors += 1
-            done += k
-            t = time.perf_counter()
-            if t >= next_tick:
-                tick()
-                next_tick = t + TICK_S
-            if t >= deadline:
-                break
-        return done, time.perf_counter() - t0, errors
-
-    return loop.run_until_complete(go())
-
-
 def section_heartbeat(args: argparse.Namespace, summary: dict) -> bool:
     import asyncio
     import timeit
@@ -534,6 +500,7 @@ def section_heartbeat(args: argparse.Namespace, summary: dict) -> bool:
     from odradek.config import BrokerConfig
     from odradek.security.acl import Access, Authorizer, Operation, bindings_from_store
     from odradek.security.authentication import Authenticator, Session
+    from coordinator import CLIENT_HOST, drive_broker  # bench/coordinator.py: its timed heartbeat loop
     from tests.wire import parse_response, request_frame
 
     n_unrel = args.unrelated_acls
@@ -598,8 +565,8 @@ def section_heartbeat(args: argparse.Namespace, summary: dict) -> bool:
         for rnd in range(args.hb_rounds):
             for kind, auth in (cases if rnd % 2 == 0 else cases[::-1]):
                 broker.authorizer = authorizer if auth else None
-                results[(kind, auth)].append(drive(loop, broker, frames[kind], session, args.heartbeats,
-                                                   args.max_seconds))
+                results[(kind, auth)].append(drive_broker(loop, broker, [frames[kind]], args.heartbeats,
+                                                          args.max_seconds, session))
         written = broker.coordinator.runtime.records_written - written0
         broker.authorizer = None
 

@@ -1,13 +1,13 @@
 """KIP-430 authorized operations in Metadata, DescribeCluster, DescribeGroups and
 ConsumerGroupDescribe (librdkafka 0081: "Expected 8 authorized operations, got 0")."""
 
-from odradek.security.operations import AclOperation, authorized_operations
+from odradek.security.operations import SUPPORTED, AclOperation, to_bitfield
 from tests.wire import parse_response, request_frame
 
 NOT_REQUESTED = -(2**31)
-TOPIC_OPS = authorized_operations("topic", True)
-GROUP_OPS = authorized_operations("group", True)
-CLUSTER_OPS = authorized_operations("cluster", True)
+TOPIC_OPS = to_bitfield(SUPPORTED["topic"])  # every supported operation: no authorizer configured
+GROUP_OPS = to_bitfield(SUPPORTED["group"])
+CLUSTER_OPS = to_bitfield(SUPPORTED["cluster"])
 
 
 def call(inproc, api_key, version, body):

@@ -3,8 +3,7 @@ ConsumerGroupDescribe report them.
 
 Kafka's AuthHelper.authorizedOperations answers the operations of the resource type
 (AclEntry.supportedOperations) the principal may do: all of them when no authorizer is
-configured (`authorized_operations`), else what the authorizer allows (security/acl.py
-Access.operations). The answer is a 32-bit field with bit `code` set for each AclOperation
+configured, else what the authorizer allows (security/acl.py Access.operations). The answer is a 32-bit field with bit `code` set for each AclOperation
 code; INT32_MIN means "not requested".
 """
 
@@ -36,14 +35,6 @@ def to_bitfield(ops: Iterable[int]) -> int:
     for op in ops:
         field |= 1 << int(op)
     return field
-
-
-def authorized_operations(resource_type: str, requested: bool) -> int:
-    """The field for one resource: every supported operation while no authorizer is
-    configured (AuthHelper.authorizedOperations with `authorizer == None`)."""
-    if not requested:
-        return NOT_REQUESTED
-    return to_bitfield(SUPPORTED[resource_type])
 
 
 def cluster_operations(access, requested: bool) -> int:

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 
 def _lookup(broker, key: str, key_type: int, listener: str | None = None) -> dict:
-    me = broker.me().on(listener) or broker.me()
+    me = broker.me()
+    me = me.on(listener) or me
     host, port = me.host, me.port
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
