@@ -9,7 +9,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_SPARK := $(VENV)/.installed-spark
 
-.PHONY: run test test-all bench demo java etcd cluster clean
+.PHONY: run test test-all bench demo java etcd chromium cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ etcd:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server >/dev/null; }
 
+# The console's browser tests drive Debian's chromium with Playwright (never Playwright's own download).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
 # PySpark needs a Java 17+ runtime: Debian's default-jre-headless (OpenJDK 17 on bookworm) when there is none.
 java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -59,11 +65,11 @@ run: $(STAMP_RUN)
 cluster: $(STAMP_RUN) etcd
 	$(VENV)/bin/odradek cluster up --brokers 3 --racks a,b,c --data-dir ./cluster-data
 
-test: $(STAMP_DEV) kcat java etcd
+test: $(STAMP_DEV) kcat java etcd chromium
 	$(VENV)/bin/pytest -q
 
 # Everything, slow tests included.
-test-all: $(STAMP_DEV) kcat java etcd
+test-all: $(STAMP_DEV) kcat java etcd chromium
 	$(VENV)/bin/pytest -q -m ''
 
 bench: $(STAMP_BENCH) $(STAMP_SPARK) java

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from . import commands
-from .commands import acls, cluster, groups, kafka_scripts, pipeline, sim, stream, topics
+from .commands import acls, cluster, console, groups, kafka_scripts, pipeline, sim, stream, topics
 
 
 def _hostport(s: str) -> tuple[str, int]:
@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster.register(sub, common)
     kafka_scripts.register(sub, common)
     acls.register(sub, common)
+    console.register(sub, common)
     args = parser.parse_args(argv)
     level = args.log_level or ("INFO" if args.command in ("broker", "cluster") else "WARNING")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

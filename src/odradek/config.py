@@ -106,6 +106,11 @@ class BrokerConfig:
     # advertise_host/advertise_port. Empty: one PLAINTEXT listener at listen_host:listen_port.
     listener_props: dict[str, str] = field(default_factory=dict)
     listeners: list = field(default_factory=list)
+    # odradek keys (README "Observability"): Prometheus /metrics (empty: off, and nothing is
+    # counted), and the live console (off unless console.enable).
+    metrics_listener: str = "127.0.0.1:9404"
+    console_listener: str = "127.0.0.1:9405"
+    console_enable: bool = False
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -211,6 +216,9 @@ class BrokerConfig:
             "replica.fetch.min.bytes": str(self.replica_fetch_min_bytes),
             "replica.fetch.max.bytes": str(self.replica_fetch_max_bytes),
             "replica.fetch.backoff.ms": str(self.replica_fetch_backoff_ms),
+            "metrics.listener": self.metrics_listener,
+            "console.listener": self.console_listener,
+            "console.enable": "true" if self.console_enable else "false",
         }
         if self.replica_selector_class:
             out["replica.selector.class"] = self.replica_selector_class
@@ -309,7 +317,18 @@ _BROKER_KEYS: dict[str, Callable[[BrokerConfig, str], None]] = {
     "replica.fetch.backoff.ms": lambda c, v: setattr(c, "replica_fetch_backoff_ms", _positive(v, 0)),
     "advertised.listeners": lambda c, v: c.listener_props.__setitem__("advertised.listeners", v),
     "replica.selector.class": lambda c, v: setattr(c, "replica_selector_class", _selector(v)),
+    "metrics.listener": lambda c, v: setattr(c, "metrics_listener", _http_listener(v)),
+    "console.listener": lambda c, v: setattr(c, "console_listener", _http_listener(v)),
+    "console.enable": lambda c, v: setattr(c, "console_enable", _bool(v)),
 }
+
+
+def _http_listener(v: str) -> str:
+    """HOST:PORT for an HTTP listener (port 0: any free port); empty turns it off."""
+    v = v.strip()
+    if v:
+        _hostport(v.removeprefix("http://"))
+    return v.removeprefix("http://")
 
 # The broker keys odradek reads from its static configuration (besides the log.* topic
 # defaults and the group coordinator's keys).

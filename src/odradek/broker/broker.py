@@ -45,6 +45,7 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
+from ..observability.stats import REQUEST_STARTED, BrokerStats
 from ..security.acl import OPEN, Access, authorizer_from_properties, bindings_from_store
 from ..security.authentication import ADMITS_API_VERSIONS, ANONYMOUS, Admit
 from .errors import CloseConnection
@@ -112,6 +113,9 @@ class Broker:
         self.closed = False
         self.started = False
         self.internal_errors = 0  # handler bugs; tests assert this stays 0
+        # What /metrics reports (observability/); None when metrics.listener is empty, and
+        # then nothing is counted on any path.
+        self.stats: BrokerStats | None = BrokerStats() if config.metrics_listener else None
         from .coordinator import GroupCoordinator
         from .replica_manager import ReplicaManager
         from .txn_coordinator import TxnCoordinator
@@ -319,7 +323,7 @@ class Broker:
     async def handle_frame(self, frame: bytes, client_host: str = "", session=None) -> bytes | None:
         auth = session.auth if session is not None else None
         if auth is not None and auth.legacy:
-            return self._legacy_sasl_token(frame, auth)
+            return self._legacy_sasl_token(frame, auth, session)
         try:
             request = parse_request(frame, self.supported)
             request.client_host = client_host
@@ -343,20 +347,39 @@ class Broker:
                 raise CloseConnection(f"{APIS[request.api_key].name} not allowed in SASL state {auth.state.value}")
         return await self.handle_request(request)
 
-    def _legacy_sasl_token(self, frame: bytes, auth) -> bytes:
+    def _legacy_sasl_token(self, frame: bytes, auth, session) -> bytes:
         """After SaslHandshake v0 a frame is a raw SASL token, answered by a raw,
         size-prefixed token; a failure closes the connection without an answer (Kafka)."""
         answer = auth.token(bytes(frame), self.clock())
+        stats = self.stats
+        if stats is not None and (answer.error_code or auth.authenticated):
+            (stats.auth_failed if answer.error_code else stats.auth_succeeded)[(session.listener, auth.mechanism or "")] += 1
         if answer.error_code:
             raise CloseConnection(f"SASL authentication failed: {answer.error_message}")
         return len(answer.auth_bytes).to_bytes(4, "big") + answer.auth_bytes
 
     async def handle_request(self, request: Request) -> bytes | None:
+        stats = self.stats
+        if stats is None:
+            return await self._handle_request(request, None)
+        started = stats.clock()
+        REQUEST_STARTED.set(started)
+        stats.in_flight += 1
+        try:
+            return await self._handle_request(request, stats)
+        finally:
+            stats.in_flight -= 1
+            REQUEST_STARTED.set(None)
+            stats.request(request.api_key, request.api_version, stats.clock() - started, request.result)
+
+    async def _handle_request(self, request: Request, stats) -> bytes | None:
         api = APIS[request.api_key]
         try:
             result = api.fn(self, request)
             if inspect.isawaitable(result):
                 result = await result
+            if stats is not None:
+                request.result = result  # its error codes are counted (observability/stats.py)
             if result is None:
                 return None
             if isinstance(result, dict) and _entries(result) > HEAVY_RESPONSE_ENTRIES:

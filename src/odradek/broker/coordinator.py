@@ -113,6 +113,7 @@ class GroupCoordinator:
             reader=lambda p: _read_all(self.read_partition(p)), commit_on_write=self.log.commits_on_write,
             serving=lambda: self.broker.metadata.lease_current(),
             write_timeout_ms=int(broker.config.extra.get("offsets.commit.timeout.ms", "5000")),
+            stats=broker.stats.coordinator if broker.stats is not None else None,
         )
         self.load_time_ms = 0.0
         self.records_loaded = 0
@@ -289,6 +290,8 @@ class GroupCoordinator:
             self.runtime.loaded_up_to(partition, plog.log_end_offset, plog.high_watermark, self.broker.clock())
         ms = (time.perf_counter() - started) * 1000
         self.load_time_ms += ms
+        if self.broker.stats is not None:  # KIP-848 partition-load-time
+            self.broker.stats.coordinator.partition_load_time.observe(ms / 1000)
         if shard.records_replayed > 1000:
             log.info("loaded %d coordinator records of %s-%d in %.0f ms", shard.records_replayed, CONSUMER_OFFSETS,
                      partition, ms)

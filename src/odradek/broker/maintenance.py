@@ -58,8 +58,11 @@ async def flush_rolled_once(broker) -> int:
             fd = os.dup(seg._fd())
         except (OSError, StorageError):
             continue  # no descriptor to spare now: the next round tries again
+        started = time.perf_counter()
         try:
             await asyncio.to_thread(os.fsync, fd)
+            if broker.stats is not None:  # Kafka's LogFlushRateAndTimeMs
+                broker.stats.log_flush.observe(time.perf_counter() - started)
         except OSError as exc:
             broker.storage_failed(storage_error(f"fsync of {seg.path} failed", exc))
             continue

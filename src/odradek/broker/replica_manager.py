@@ -177,6 +177,8 @@ class ReplicaManager:
         now = self.broker.clock()
         for tp in changes.deletes:
             self._stop_partition(tp)
+        if self.broker.stats is not None:
+            self.broker.stats.leaderships_taken += len(changes.leaders)
         for tp, state in changes.leaders.items():
             self._become_leader(tp, state, now)
         for tp, state in changes.followers.items():
@@ -365,6 +367,12 @@ class ReplicaManager:
             return
         if self.leaders.get(tp) is leader:
             log.info("%s-%d: ISR now %s", tp[0], tp[1], sorted(effect.isr))
+            stats = self.broker.stats
+            if stats is not None:  # Kafka's IsrShrinksPerSec / IsrExpandsPerSec
+                if len(written.isr) < len(current.isr):
+                    stats.isr_shrinks += 1
+                elif len(written.isr) > len(current.isr):
+                    stats.isr_expands += 1
             self._apply(tp, leader.isr_committed(written.partition_epoch, self.broker.clock(), effect.isr))
 
     def tick(self, now_ms: int | None = None) -> None:
@@ -469,6 +477,7 @@ class ReplicaManager:
         if leader is None:
             return NONE if self.is_leader(tp) else NOT_LEADER_OR_FOLLOWER
         deadline = self.broker.clock() + timeout_ms
+        stats = self.broker.stats
         while True:
             if self.leaders.get(tp) is not leader:
                 return NOT_LEADER_OR_FOLLOWER
@@ -478,7 +487,14 @@ class ReplicaManager:
             remaining = deadline - self.broker.clock()
             if remaining <= 0:
                 return REQUEST_TIMED_OUT
-            await self.broker.purgatory.wait([tp], remaining / 1000)
+            # Kafka's produce purgatory size: acks=all produces waiting for the high watermark.
+            if stats is not None:
+                stats.produce_waiting += 1
+            try:
+                await self.broker.purgatory.wait([tp], remaining / 1000)
+            finally:
+                if stats is not None:
+                    stats.produce_waiting -= 1
 
     def follower_fetched(self, tp: TopicPartition, replica_id: int, fetch_offset: int, log_start_offset: int,
                          broker_epoch: int = -1) -> None:

@@ -64,6 +64,12 @@ class _Connection(asyncio.BufferedProtocol):
         server = self.server
         now = time.monotonic()
         state, refusal = server.table.admit(host, now)
+        stats = server.broker.stats
+        if stats is not None:
+            if state is None:
+                stats.connections_refused += 1
+            else:
+                stats.connections_created[self.listener.name if self.listener else "PLAINTEXT"] += 1
         if state is None:
             # Kafka closes a connection over max.connections.per.ip at once; over
             # max.connections it stops accepting, which asyncio cannot do: close it too.
@@ -109,6 +115,9 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._conns.discard(self)
         if self.state is not None:
+            stats = self.server.broker.stats
+            if stats is not None:
+                stats.connections_closed[self.listener.name if self.listener else "PLAINTEXT"] += 1
             self.state.close()
             # Break the state <-> connection cycle so the buffers go back to the allocator
             # now, not at the next full collection (a closed 50 MB partial frame stayed
@@ -255,6 +264,8 @@ class BrokerServer:
         # One read buffer for every connection: a read is copied into the connection's
         # FrameReader in the callback that follows it, before any other read happens.
         self._scratch = memoryview(bytearray(READ_SIZE))
+        self.metrics = None  # observability/exporter.MetricsServer, when metrics.listener is set
+        self.console = None  # observability/console.Console, when console.enable
 
     @property
     def connections(self) -> set[asyncio.Task]:
@@ -284,6 +295,7 @@ class BrokerServer:
             self.broker.inter_broker_security = client_security(props, cfg.effective_listeners()[0])
         # Join the cluster now that the port is known (the registration carries it).
         await self.broker.start()
+        await self._start_http()
         self._maintenance = [
             # Kafka's isr-expiration task: every replica.lag.time.max.ms / 2.
             asyncio.create_task(self._every(cfg.replica_lag_time_max_ms / 2000, self.broker.replicas.tick)),
@@ -302,6 +314,24 @@ class BrokerServer:
             # Kafka SocketServer: connections.max.idle.ms; odradek: request.timeout.ms.
             asyncio.create_task(self._every(limits.check_interval(), self._expire)),
         ]
+
+    async def _start_http(self) -> None:
+        """/metrics (observability/exporter.py) and the console (observability/console.py)."""
+        cfg = self.broker.config
+        if cfg.metrics_listener and self.broker.stats is not None:
+            from ..observability.exporter import MetricsServer
+
+            metrics = MetricsServer(self.broker, cfg.metrics_listener)
+            if metrics.start(asyncio.get_running_loop()):
+                self.metrics = metrics
+                host = cfg.metrics_listener.rpartition(":")[0]
+                print(f"odradek metrics on http://{host}:{metrics.port}/metrics", flush=True)
+        if cfg.console_enable and cfg.console_listener:
+            from ..observability.console import start_console
+
+            self.console = await start_console(cfg.console_listener, self.broker)
+            if self.console is not None:
+                print(f"odradek console on {self.console.url}", flush=True)
 
     def session_for(self, listener, transport) -> Session:
         """A new connection's session: on SASL listeners authentication starts; on SSL
@@ -363,6 +393,10 @@ class BrokerServer:
             conn.abort()
         for server in self.servers:
             await server.wait_closed()
+        if self.console is not None:
+            await self.console.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.broker.stop()
 
 

@@ -26,6 +26,7 @@ from . import (
     open_admin,
     print_table,
     resolve_partitions,
+    security_props,
     topic_spec,
 )
 
@@ -53,6 +54,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     view.add_argument("--state", dest="view", action="store_const", const="state",
                       help="type, state, assignor, epochs and member count")
     d.add_argument("--type", choices=TYPES, help="fail unless the group is of this type")
+    d.add_argument("--watch", action="store_true",
+                   help="a live view (epochs, each member's current/target/pending partitions, lag, epoch history) "
+                        "until Ctrl-C")
+    d.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--watch refresh period")
+    d.add_argument("--iterations", type=int, metavar="N", help=argparse.SUPPRESS)  # tests: stop after N refreshes
     d.set_defaults(func=_describe, parser=d, view="offsets")
 
     r = actions.add_parser("reset-offsets", parents=[common],
@@ -135,6 +141,8 @@ def _describe_checked(admin, group_ids: list[str], want_type: str | None) -> dic
 def _describe(args: argparse.Namespace) -> int:
     if bool(args.groups) == args.all_groups:
         args.parser.error("name the groups to describe, or give --all-groups")
+    if args.watch:
+        return _watch(args)
     with open_admin(args) as admin:
         group_ids = args.groups or [g.group_id for g in admin.list_groups(types=[args.type] if args.type else None)]
         descs = _describe_checked(admin, group_ids, args.type)
@@ -145,6 +153,23 @@ def _describe(args: argparse.Namespace) -> int:
         else:
             _print_offsets(admin, descs)
     return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from odradek.client.admin import AsyncAdmin
+    from odradek.observability.watch import watch
+
+    async def run() -> int:
+        async with AsyncAdmin(args.bootstrap_server, client_id="odradek-cli", security=security_props(args)) as admin:
+            ids = args.groups or [g.group_id for g in await admin.list_groups(types=[args.type] if args.type else None)]
+            return await watch(admin, ids, max(0.1, args.interval), args.iterations)
+
+    try:
+        return asyncio.run(run())
+    except KeyboardInterrupt:
+        return 0
 
 
 def _print_state(descs: dict) -> None:

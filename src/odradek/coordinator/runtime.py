@@ -66,7 +66,7 @@ from .dispatch import arm_member_timers
 from .errors import CoordinatorUnavailable, error_code_for
 from .image import MetadataImage
 from .offsets import expire_offsets
-from .records import CoordinatorRecord, StoredLog, Transactional, TransactionalPairs, decode, txn_marker
+from .records import CLASSIC_GROUP, GROUP_METADATA, CoordinatorRecord, StoredLog, Transactional, TransactionalPairs, decode, txn_marker
 from .shard import Result, Shard, Then, _random_member_id
 from .timer import Timer
 
@@ -162,8 +162,12 @@ class CoordinatorRuntime(ShardElections):
         commit_on_write: bool | Callable[[int], bool] = True,
         serving: Callable[[], bool] = lambda: True,
         write_timeout_ms: int = 5_000,
+        stats=None,
     ) -> None:
         super().__init__()
+        # KIP-848 "Broker Metrics" sensors (observability/stats.py CoordinatorStats, with its
+        # injected clock); None: nothing is measured (the simulator, benchmarks of the runtime).
+        self.stats = stats
         self.config = config
         self.writer = writer
         self.reader = reader
@@ -380,6 +384,8 @@ class CoordinatorRuntime(ShardElections):
         """Append, then replay, then queue the outbox's replies behind the last offset written.
         Raises _AppendFailed (the outbox untouched) if the writer refused the records."""
         if records:
+            stats = self.stats
+            started = stats.clock() if stats is not None else 0.0
             try:
                 if transactional is None:
                     last = self.writer(shard.partition, records, now_ms)
@@ -387,6 +393,8 @@ class CoordinatorRuntime(ShardElections):
                     last = self.writer(shard.partition, records, now_ms, transactional)
             except Exception as exc:
                 raise _AppendFailed(str(exc)) from exc
+            if stats is not None:
+                _count_written(stats, records, stats.clock() - started)
             assert isinstance(last, int) and last > shard.last_written_offset, (
                 f"writer returned {last!r} after offset {shard.last_written_offset}")
             self.records_written += len(records)
@@ -415,9 +423,15 @@ class CoordinatorRuntime(ShardElections):
             self.complete_up_to(shard.partition, shard.last_written_offset)
 
     def _defer(self, shard: Shard, on_commit: Callable[[], None], on_fail: Callable[[BaseException], None]) -> None:
+        stats = self.stats
         if shard.last_written_offset <= shard.last_committed_offset:
+            if stats is not None:
+                stats.event_purgatory_time.observe(0.0)  # committed already (a single replica)
             on_commit()
         else:
+            if stats is not None:
+                # KIP-848 "event purgatory time": from the write to its commit.
+                on_commit = functools.partial(_timed_commit, stats, stats.clock(), on_commit)
             self.deferred[shard.partition].add(shard.last_written_offset, on_commit, on_fail)
 
     def _committed(self, partition: int, shard: Shard, committed_offset: int) -> None:
@@ -446,6 +460,10 @@ class CoordinatorRuntime(ShardElections):
         return result.response
 
     def _run_guarded(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int, answer: Deferred) -> None:
+        stats = self.stats
+        if stats is not None:
+            started = stats.clock()
+            stats.event_started(started)
         try:
             response = self._apply(shard, op, now_ms)
         except _AppendFailed as exc:
@@ -457,6 +475,9 @@ class CoordinatorRuntime(ShardElections):
             self._revert(shard, cause, now_ms)
             answer.fail(cause)
             return
+        finally:
+            if stats is not None:
+                stats.event_processing_time.observe(stats.clock() - started)
         self._defer(shard, functools.partial(answer.complete, response), answer.fail)
 
     # --- running operations -----------------------------------------------------------------------
@@ -560,6 +581,24 @@ class CoordinatorRuntime(ShardElections):
                                   now_ms, answer)
                 if answer.error is not None:
                     break  # reverted: the reload refreshed every group against the new image
+
+
+def _count_written(stats, records: list[CoordinatorRecord], seconds: float) -> None:
+    """KIP-848 "batch flush time", and the rebalances the records write: a consumer
+    group's epoch record is a group epoch bump (consumer-group-rebalance-count); a classic
+    group's snapshot with members is a completed rebalance."""
+    stats.batch_flush_time.observe(seconds)
+    for record in records:
+        rtype = record.type
+        if rtype == GROUP_METADATA and record.value is not None:
+            stats.consumer_rebalances += 1
+        elif rtype == CLASSIC_GROUP and record.value is not None and record.value["members"]:
+            stats.classic_rebalances += 1
+
+
+def _timed_commit(stats, written: float, on_commit: Callable[[], None]) -> None:
+    stats.event_purgatory_time.observe(stats.clock() - written)
+    on_commit()
 
 
 def _replay_plain(shard: Shard, pairs: list[tuple[bytes | None, bytes | None]]) -> None:

@@ -60,6 +60,7 @@ class Request:
     size: int  # frame size in bytes
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
     session: Any = None  # the connection's listener and principal (security/authentication.Session)
+    result: Any = None  # the handler's response body, kept for metrics (observability/stats.py)
 
     def field(self, name: str, default: Any = None) -> Any:
         """A request field, or `default` when this version does not carry it."""

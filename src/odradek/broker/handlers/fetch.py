@@ -256,6 +256,25 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
     return responses, total, had_error
 
 
+def _count_out(broker, body, by_id, responses, follower: bool) -> None:
+    """Bytes and records served per topic (Kafka's BytesOutPerSec, and its
+    ReplicationBytesOutPerSec for followers); records are counted from batch headers."""
+    stats = broker.stats
+    for t, response in zip(body.topics, responses):
+        nbytes = records = 0
+        for part in response["partitions"]:
+            data = part["records"]
+            if data:
+                nbytes += len(data)
+                for h in iter_headers(data):
+                    if not h.is_control:
+                        records += h.records_count
+        if nbytes:
+            topic, _ = _resolve(broker, t, by_id)
+            if topic is not None:
+                stats.fetched(topic.name, nbytes, records, follower)
+
+
 def _keys(broker, body, by_id):
     keys = []
     for t in body.topics:
@@ -303,6 +322,8 @@ async def fetch(broker, request):
         first_pass = False
         remaining_ms = deadline - broker.clock()
         if total >= body.min_bytes or had_error or remaining_ms <= 0:
+            if total and broker.stats is not None:
+                _count_out(broker, body, by_id, responses, replica[0] >= 0)
             return _response(responses)
         keys = _keys(broker, body, by_id)
         if not keys:

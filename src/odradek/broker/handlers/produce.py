@@ -119,6 +119,8 @@ def append_partition(broker, topic, index, records, now_ms, api_version=10, acks
         # The write was undone (log/segment.py): nothing was acknowledged, the client retries.
         broker.storage_failed(exc)
         return _partition_result(index, KAFKA_STORAGE_ERROR, str(exc))
+    if broker.stats is not None:
+        broker.stats.produced(topic.name, len(data), info.last_offset - info.base_offset + 1)
     result = _partition_result(index, NONE, None, info.base_offset, info.log_append_time, info.log_start_offset)
     result["_end"] = info.last_offset + 1  # acks=all waits for the high watermark to reach it
     return result

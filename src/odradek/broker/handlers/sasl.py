@@ -26,7 +26,17 @@ def _exchange(request):
     return auth if auth is not None and auth.state in _IN_EXCHANGE else None
 
 
+def _count(broker, request, auth, failed: bool) -> None:
+    """Kafka's failed-authentication-total / successful-authentication-total, per listener
+    and mechanism (observability/collector.py)."""
+    stats = broker.stats
+    if stats is not None:
+        key = (request.session.listener, auth.mechanism or request.field("mechanism", "") or "")
+        (stats.auth_failed if failed else stats.auth_succeeded)[key] += 1
+
+
 def _fail(request, response: dict, reason: str, auth):
+    request.result = response  # answered, then closed: its error code is counted too (observability/stats.py)
     delay = auth.sasl.failure_delay_ms / 1000 if auth.sasl is not None else 0.0
     raise CloseConnection(reason, encode_response(request, response), delay)
 
@@ -39,6 +49,7 @@ def sasl_handshake(broker, request):
     answer = auth.handshake(request.api_version, request.body.mechanism)
     response = {"error_code": answer.error_code, "mechanisms": answer.mechanisms}
     if answer.close:
+        _count(broker, request, auth, True)
         _fail(request, response, f"unsupported SASL mechanism {request.body.mechanism!r}", auth)
     return response
 
@@ -52,6 +63,9 @@ def sasl_authenticate(broker, request):
     answer = auth.token(bytes(request.body.auth_bytes), broker.clock())
     response = {"error_code": answer.error_code, "error_message": answer.error_message,
                 "auth_bytes": answer.auth_bytes, "session_lifetime": answer.session_lifetime_ms}
+    if auth.authenticated:
+        _count(broker, request, auth, False)
     if answer.close:
+        _count(broker, request, auth, True)
         _fail(request, response, f"SASL authentication failed: {answer.error_message}", auth)
     return response

@@ -1,0 +1,194 @@
+"""What the broker counts while it serves: plain integers and bucket arrays, nothing else.
+
+Theory of operation: the request path, the produce and fetch handlers, the connection
+driver, the replica manager and the coordinator runtime add to a `BrokerStats` as they
+work (one dict lookup and an integer add or a bucket bisect each); nothing is formatted,
+locked or allocated per event. The Prometheus side (collector.py) turns these into
+metric families when /metrics is scraped, together with what is read off the broker's
+state at that moment (group counts, under-replicated partitions, lag). Keeping the hot
+path free of prometheus-client's per-child locks is what keeps the cost of metrics
+under the 5 % the observability issue allows (BENCHMARKS.md "Metrics").
+
+Units are seconds and bytes, as Prometheus names them (`_seconds`, `_bytes`); the
+mapping to Kafka's JMX names, which use milliseconds, is in collector.py.
+
+A broker started with `metrics.listener` empty has no BrokerStats (`broker.stats is
+None`) and its hot paths skip every count.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from contextvars import ContextVar
+from time import perf_counter
+
+# When the request being handled by this task (one connection's) started: the coordinator
+# runtime's "event queue time" runs from there to the start of its operation.
+REQUEST_STARTED: ContextVar[float | None] = ContextVar("odradek_request_started", default=None)
+
+# Request latencies, in seconds: from 50 µs (an ApiVersions) to the 30 s of a long poll
+# or a join that waits for its group.
+LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                   0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Coordinator event, flush and load times: shorter (KIP-848 reports p50/p99/p999/max in ms).
+EVENT_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Histogram:
+    """Counts per bucket (not cumulative; the collector accumulates), their sum and the
+    largest value seen (KIP-848's `-max` sensors)."""
+
+    __slots__ = ("bounds", "counts", "sum", "max")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
+        self.sum = 0.0
+        self.max = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        if value > self.max:
+            self.max = value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Prometheus buckets: (upper bound as text, observations at or below it)."""
+        out, total = [], 0
+        for bound, n in zip(self.bounds, self.counts):
+            total += n
+            out.append((repr(float(bound)), total))
+        out.append(("+Inf", total + self.counts[-1]))
+        return out
+
+
+class RequestStats:
+    """One API version's requests: how many, how long (Kafka's RequestsPerSec and
+    TotalTimeMs, per request name and version)."""
+
+    __slots__ = ("latency",)
+
+    def __init__(self) -> None:
+        self.latency = Histogram(LATENCY_BUCKETS)
+
+
+class TopicStats:
+    """Kafka's BrokerTopicMetrics for one topic (BytesInPerSec, MessagesInPerSec,
+    BytesOutPerSec) plus the records served, which Kafka does not count."""
+
+    __slots__ = ("bytes_in", "messages_in", "bytes_out", "messages_out", "replication_bytes_out")
+
+    def __init__(self) -> None:
+        self.bytes_in = 0
+        self.messages_in = 0
+        self.bytes_out = 0
+        self.messages_out = 0
+        self.replication_bytes_out = 0
+
+
+class BrokerStats:
+    def __init__(self, clock=perf_counter) -> None:
+        self.clock = clock
+        self.requests: dict[tuple[int, int], RequestStats] = {}
+        self.in_flight = 0  # requests being handled now (KIP-848's event-queue-size, see collector.py)
+        self.errors: dict[tuple[int, int], int] = defaultdict(int)  # (api key, error code) -> count
+        self.topics: dict[str, TopicStats] = {}
+        # Connections (Kafka's socket-server-metrics, per listener).
+        self.connections_created: dict[str, int] = defaultdict(int)
+        self.connections_closed: dict[str, int] = defaultdict(int)
+        self.connections_refused = 0
+        self.auth_succeeded: dict[tuple[str, str], int] = defaultdict(int)  # (listener, mechanism)
+        self.auth_failed: dict[tuple[str, str], int] = defaultdict(int)
+        # Replication (Kafka's ReplicaManager: IsrShrinksPerSec, IsrExpandsPerSec).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.leaderships_taken = 0
+        self.produce_waiting = 0  # acks=all produces parked for the high watermark
+        self.log_flush = Histogram(EVENT_BUCKETS)  # Kafka's LogFlushRateAndTimeMs
+        self.coordinator = CoordinatorStats(clock)
+
+    # --- the request path ---------------------------------------------------------------
+
+    def request(self, api_key: int, version: int, seconds: float, result) -> None:
+        key = (api_key, version)
+        stats = self.requests.get(key)
+        if stats is None:
+            stats = self.requests[key] = RequestStats()
+        stats.latency.observe(seconds)
+        if type(result) is dict:
+            errors = self.errors
+            for code in error_codes(result):
+                errors[(api_key, code)] += 1
+
+    def topic(self, name: str) -> TopicStats:
+        stats = self.topics.get(name)
+        if stats is None:
+            stats = self.topics[name] = TopicStats()
+        return stats
+
+    def produced(self, topic: str, nbytes: int, records: int) -> None:
+        stats = self.topic(topic)
+        stats.bytes_in += nbytes
+        stats.messages_in += records
+
+    def fetched(self, topic: str, nbytes: int, records: int, follower: bool) -> None:
+        stats = self.topic(topic)
+        if follower:
+            stats.replication_bytes_out += nbytes
+        else:
+            stats.bytes_out += nbytes
+            stats.messages_out += records
+
+
+class CoordinatorStats:
+    """KIP-848 "Broker Metrics", group-coordinator-metrics: the sensors the runtime feeds.
+    The gauges (group counts by protocol and state, partition counts by state) are read
+    off the runtime when scraped."""
+
+    def __init__(self, clock=perf_counter) -> None:
+        self.clock = clock
+        self.consumer_rebalances = 0  # consumer-group-rebalance-count: group epoch bumps written
+        self.classic_rebalances = 0  # classic-group-completed-rebalance-count: generations written
+        self.event_queue_time = Histogram(EVENT_BUCKETS)
+        self.event_processing_time = Histogram(EVENT_BUCKETS)
+        self.event_purgatory_time = Histogram(EVENT_BUCKETS)
+        self.batch_flush_time = Histogram(EVENT_BUCKETS)
+        self.partition_load_time = Histogram(EVENT_BUCKETS)
+
+    def event_started(self, now: float) -> None:
+        """An operation starts: the time since its request started is its queue time
+        (odradek's runtime runs on the event loop, so what an operation waits for is the
+        loop, not a queue of its own). Timer-driven operations have no request."""
+        started = REQUEST_STARTED.get()
+        if started is not None:
+            self.event_queue_time.observe(max(0.0, now - started))
+
+
+def error_codes(result: dict):
+    """Every error code in a response body: the top level's and each entry's, down to
+    partitions (what Kafka's AbstractResponse.errorCounts counts, NONE included)."""
+    code = result.get("error_code")
+    if code is not None:
+        yield code
+    for value in result.values():
+        if type(value) is not list or not value or type(value[0]) is not dict:
+            continue
+        for item in value:
+            code = item.get("error_code")
+            if code is not None:
+                yield code
+            for key in ("partitions", "partition_responses", "partition_results", "results"):
+                parts = item.get(key)
+                if type(parts) is list:
+                    for p in parts:
+                        if type(p) is dict:
+                            code = p.get("error_code")
+                            if code is not None:
+                                yield code
+                    break

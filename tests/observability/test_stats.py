@@ -1,0 +1,66 @@
+"""The hot-path counters (observability/stats.py) and what a broker counts in process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from odradek.broker.broker import Broker
+from odradek.config import BrokerConfig
+from odradek.observability.stats import Histogram, error_codes
+from tests.wire import request_frame
+
+
+def test_histogram_buckets_sum_and_max():
+    h = Histogram((0.001, 0.01, 0.1))
+    for v in (0.0005, 0.001, 0.005, 0.5, 0.05):
+        h.observe(v)
+    assert h.count == 5
+    assert abs(h.sum - 0.5565) < 1e-12
+    assert h.max == 0.5
+    # Prometheus buckets are cumulative and "le": a value on a bound falls in that bucket.
+    assert h.cumulative() == [("0.001", 2), ("0.01", 3), ("0.1", 4), ("+Inf", 5)]
+
+
+def test_error_codes_walks_top_level_entries_and_partitions():
+    produce = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0},
+                                                                    {"index": 1, "error_code": 6}]}]}
+    assert sorted(error_codes(produce)) == [0, 6]
+    heartbeat = {"error_code": ErrorCode.fenced_member_epoch, "member_id": "m"}
+    assert list(error_codes(heartbeat)) == [ErrorCode.fenced_member_epoch]
+    offsets = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "error_code": 0}]}], "error_code": 0}
+    assert list(error_codes(offsets)) == [0, 0]
+    assert list(error_codes({"throttle_time_ms": 0})) == []
+
+
+def _broker(tmp_path: Path, metrics: str) -> Broker:
+    return Broker(BrokerConfig(data_dir=tmp_path, metrics_listener=metrics))
+
+
+def test_a_broker_with_metrics_off_counts_nothing(tmp_path):
+    broker = _broker(tmp_path, "")
+    assert broker.stats is None
+    assert broker.coordinator.runtime.stats is None
+    frame = request_frame(18, 3, {"client_software_name": "t", "client_software_version": "1"})[4:]
+    assert asyncio.run(broker.handle_frame(frame)) is not None
+    broker.close()
+
+
+def test_a_broker_with_metrics_on_counts_requests_and_their_errors(tmp_path):
+    broker = _broker(tmp_path, "127.0.0.1:0")
+    broker.create_topic("t", 2, {})
+    frame = request_frame(3, 9, {"topics": [{"name": "t"}, {"name": "missing-topic"}],
+                                 "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+                                 "include_topic_authorized_operations": False})[4:]
+    for _ in range(3):
+        asyncio.run(broker.handle_frame(frame))
+    stats = broker.stats
+    assert stats.requests[(3, 9)].latency.count == 3
+    # Per request: the response's top-level code, topic t's and its two partitions' are NONE.
+    assert stats.errors[(3, ErrorCode.none)] == 3 * 4
+    assert stats.errors[(3, ErrorCode.unknown_topic_or_partition)] == 3
+    assert stats.in_flight == 0
+    assert stats.coordinator.partition_load_time.count == 50  # every offsets shard loaded once
+    broker.close()
