@@ -80,6 +80,7 @@ bench: $(STAMP_BENCH) $(STAMP_SPARK) java
 	$(PY) bench/rebalance.py
 	$(PY) bench/spark.py
 	$(PY) bench/security.py
+	$(PY) bench/metrics.py
 
 # The Spark streaming demo: an embedded broker, 30 s of clicks at 2000/s, windowed page counts to
 # Parquet (./pipeline-output) and to topic page-counts, then a summary (see `odradek pipeline demo -h`).
