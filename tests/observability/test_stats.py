@@ -64,3 +64,27 @@ def test_a_broker_with_metrics_on_counts_requests_and_their_errors(tmp_path):
     assert stats.in_flight == 0
     assert stats.coordinator.partition_load_time.count == 50  # every offsets shard loaded once
     broker.close()
+
+
+def test_coordinator_sensors_count_writes_not_read_only_operations():
+    from odradek.coordinator import records as R
+    from odradek.coordinator.config import CoordinatorConfig
+    from odradek.coordinator.runtime import CoordinatorRuntime, discarding_writer
+    from odradek.coordinator.shard import Result
+    from odradek.observability.stats import CoordinatorStats
+
+    stats = CoordinatorStats()
+    rt = CoordinatorRuntime(CoordinatorConfig(), discarding_writer(), stats=stats)
+    rt.load(0, [], 0)
+    partition_of = rt.partition_for
+    group = next(g for g in (f"g{i}" for i in range(1000)) if partition_of(g) == 0)
+    # An operation that writes nothing (a steady heartbeat) never enters the purgatory.
+    assert rt.run(group, lambda _s, _now: Result([], "read"), 1) == "read"
+    assert stats.event_processing_time.count == 1
+    assert stats.event_purgatory_time.count == 0 and stats.batch_flush_time.count == 0
+    # A write (a group epoch bump) is flushed, counted as a rebalance, and committed at once here.
+    assert rt.run(group, lambda _s, _now: Result([R.group_epoch(group, 1)], "bumped"), 2) == "bumped"
+    assert stats.event_processing_time.count == 2
+    assert stats.batch_flush_time.count == 1
+    assert stats.event_purgatory_time.count == 1 and stats.event_purgatory_time.max == 0.0
+    assert stats.consumer_rebalances == 1

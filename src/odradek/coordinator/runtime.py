@@ -423,12 +423,10 @@ class CoordinatorRuntime(ShardElections):
             self.complete_up_to(shard.partition, shard.last_written_offset)
 
     def _defer(self, shard: Shard, on_commit: Callable[[], None], on_fail: Callable[[BaseException], None]) -> None:
-        stats = self.stats
         if shard.last_written_offset <= shard.last_committed_offset:
-            if stats is not None:
-                stats.event_purgatory_time.observe(0.0)  # committed already (a single replica)
             on_commit()
         else:
+            stats = self.stats
             if stats is not None:
                 # KIP-848 "event purgatory time": from the write to its commit.
                 on_commit = functools.partial(_timed_commit, stats, stats.clock(), on_commit)
@@ -464,6 +462,7 @@ class CoordinatorRuntime(ShardElections):
         if stats is not None:
             started = stats.clock()
             stats.event_started(started)
+            written_before = shard.last_written_offset
         try:
             response = self._apply(shard, op, now_ms)
         except _AppendFailed as exc:
@@ -478,6 +477,11 @@ class CoordinatorRuntime(ShardElections):
         finally:
             if stats is not None:
                 stats.event_processing_time.observe(stats.clock() - started)
+        if (stats is not None and shard.last_written_offset != written_before
+                and shard.last_written_offset <= shard.last_committed_offset):
+            # KIP-848 "event purgatory time" of a write committed as it was appended (a single
+            # replica): it spent no time there. Operations that wrote nothing never enter it.
+            stats.event_purgatory_time.observe(0.0)
         self._defer(shard, functools.partial(answer.complete, response), answer.fail)
 
     # --- running operations -----------------------------------------------------------------------
