@@ -8,6 +8,11 @@ is what keeps retries from reordering: at most one batch per partition is on the
 wire, and a batch that failed retriably goes back to the head of its queue
 (`reenqueue`), ahead of everything appended after it. The driver owns time (every
 method takes `now` in ms) and the delivery handles (opaque to this module).
+
+For the statistics (client/stats.py) a batch knows the key+value bytes of its records
+(`payload`, librdkafka's message size) from its size, which `append` keeps anyway, and the
+batch in flight per partition is kept: queue gauges are sums over batches when asked for,
+with no counter kept per record.
 """
 
 from __future__ import annotations
@@ -35,6 +40,17 @@ class ProducerBatch:
     full: bool = False
     retry_at: float = 0.0  # ms: a retried batch waits out its backoff
     base_sequence: int = -1  # idempotent producer: fixed at first encoding, kept by retries and splits
+    header_bytes: int = 0  # the part of `size` that is record headers
+
+    @property
+    def payload(self) -> int:
+        """Key + value bytes of the records (statistics: msg_size, msgq_bytes): `size` less the
+        overheads `append` added, derived rather than counted on the per-record path."""
+        return self.size - RECORD_OVERHEAD * len(self.records) - self.header_bytes
+
+
+def _header_size(headers: tuple) -> int:
+    return sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
 
 
 class Accumulator:
@@ -42,7 +58,7 @@ class Accumulator:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._in_flight: set[TopicPartition] = set()
+        self._in_flight: dict[TopicPartition, ProducerBatch] = {}
         self.flushing = False
         self.records = 0  # appended and not yet completed (delivered or failed)
 
@@ -51,7 +67,8 @@ class Accumulator:
         """Add a record; True when this made a batch full (the sender should wake)."""
         size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
         if headers:
-            size += sum(len(k) + (len(v) if v else 0) + 4 for k, v in headers)
+            hsize = _header_size(headers)
+            size += hsize
         q = self._queues.get(tp)
         if q is None:
             q = self._queues[tp] = deque()
@@ -66,6 +83,8 @@ class Accumulator:
         batch.records.append((len(batch.records), timestamp, key, value, headers))
         batch.handles.append(handle)
         batch.size += size
+        if headers:
+            batch.header_bytes += hsize
         self.records += 1
         if batch.size >= self.batch_size:
             batch.full = became_full = True
@@ -92,12 +111,12 @@ class Accumulator:
     def drain(self, tp: TopicPartition) -> ProducerBatch:
         batch = self._queues[tp].popleft()
         batch.full = True
-        self._in_flight.add(tp)
+        self._in_flight[tp] = batch
         return batch
 
     def complete(self, batch: ProducerBatch) -> None:
         """The batch is done (delivered or failed for good)."""
-        self._in_flight.discard(batch.tp)
+        self._in_flight.pop(batch.tp, None)
         self.records -= len(batch.records)
         q = self._queues.get(batch.tp)
         if q is not None and not q:
@@ -106,7 +125,7 @@ class Accumulator:
     def reenqueue(self, batch: ProducerBatch, retry_at: float = 0.0, *, failed: bool = True) -> None:
         """A retriable failure (or, with `failed=False`, a batch that did not fit in its
         request): the batch goes back to the head of its partition's queue."""
-        self._in_flight.discard(batch.tp)
+        self._in_flight.pop(batch.tp, None)
         if failed:
             batch.attempts += 1
             batch.retry_at = retry_at
@@ -118,7 +137,7 @@ class Accumulator:
     def split(self, batch: ProducerBatch) -> None:
         """Too large for the broker: put the batch back as two halves, in order, at the head
         (Java's producer splits a batch answered MESSAGE_TOO_LARGE the same way)."""
-        self._in_flight.discard(batch.tp)
+        self._in_flight.pop(batch.tp, None)
         half = len(batch.records) // 2
         q = self._queues.setdefault(batch.tp, deque())
         for lo, hi in ((half, len(batch.records)), (0, half)):  # appendleft: second half first
@@ -126,6 +145,10 @@ class Accumulator:
                                  base_sequence=batch.base_sequence + lo if batch.base_sequence >= 0 else -1)
             part.records = [(i, *r[1:]) for i, r in enumerate(batch.records[lo:hi])]
             part.handles = batch.handles[lo:hi]
+            for _, _, key, value, headers in part.records:
+                hsize = _header_size(headers) if headers else 0
+                part.size += RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0) + hsize
+                part.header_bytes += hsize
             q.appendleft(part)
 
     def expire(self, older_than_ms: float) -> list[ProducerBatch]:
@@ -148,3 +171,21 @@ class Accumulator:
 
     def queued_partitions(self) -> int:
         return sum(1 for q in self._queues.values() if q)
+
+    def gauges(self) -> tuple[int, dict[TopicPartition, tuple[int, int, int]]]:
+        """(key+value bytes of every record not yet completed, tp -> (records queued, their
+        key+value bytes, records in flight)): the producer's queue statistics."""
+        total = 0
+        out: dict[TopicPartition, tuple[int, int, int]] = {}
+        for tp, q in self._queues.items():
+            n = size = 0
+            for b in q:
+                n += len(b.records)
+                size += b.payload
+            total += size
+            out[tp] = (n, size, 0)
+        for tp, b in self._in_flight.items():
+            n, size, _ = out.get(tp, (0, 0, 0))
+            out[tp] = (n, size, len(b.records))
+            total += b.payload
+        return total, out

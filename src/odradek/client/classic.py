@@ -387,6 +387,12 @@ class ClassicGroupMember:
         return self.state is S.FENCED
 
     @property
+    def join_reason(self) -> str | None:
+        """Why the member last (re)joined (KIP-800's JoinGroup reason): the consumer's
+        statistics report it as librdkafka's cgrp rebalance_reason."""
+        return self._reason
+
+    @property
     def active(self) -> bool:
         """Joined or joining (or leaving)."""
         return self.state not in (S.UNSUBSCRIBED, S.FATAL)

@@ -31,6 +31,12 @@ transactional producer's `send_offsets_to_transaction` takes (KIP-447).
 Auto-commit is at-least-once: what it commits is the position, i.e. the offset after
 the last record an earlier poll returned; it runs at the start of a poll (before new
 records are handed out), before revocations, and at close.
+
+`metrics()` is librdkafka's statistics object (client/stats.py). The connections and
+`fetching` count traffic and records; here every rebalance callback run (lost, revoked,
+assigned: librdkafka counts its assign/revoke ops) and every committed offset learned (our
+commits, and the OffsetFetch before the first fetch) are recorded; positions, buffered
+records and the member's state are read when asked.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from .member import AssigningMember, GroupMember
 from .membership import ConsumerGroupMember
 from .net import Client
 from .reconciler import REQUIRE_STABLE, Assign, Lose, Reconciler, Revoke
+from .stats import OFFSET_INVALID, Snapshot, render
 from .transaction import GroupMetadata
 from .versions import Api
 
@@ -135,6 +142,7 @@ class AsyncConsumer:
                                        retry_backoff_ms=retry_backoff_ms, metadata_max_age_ms=metadata_max_age_ms,
                                        security=security)
         self._own_client = client is None
+        self.client.stats.set_type("consumer")
         self.positions = Positions(check_crcs)
         # The application's side of the group member (lost, revoke, assign; positions of
         # what it holds; commit identity; the auto-commit interval), shared with the simulator.
@@ -395,6 +403,7 @@ class AsyncConsumer:
         if fresh and self.group_id is not None:
             found = await O.fetch_committed(self.client, self.group_id, fresh, require_stable=REQUIRE_STABLE)
             committed = {tp: om.offset for tp, om in found.items()}
+            self._committed_seen(committed)
         resets: dict[TopicPartition, int] = {}
         for tp in self._rec.apply_committed(committed, need):
             s = self.positions.parts[tp]
@@ -433,6 +442,7 @@ class AsyncConsumer:
                 await O.commit(self.client, req.group_id, req.offsets, generation=req.generation,
                                member_id=req.member_id, instance_id=req.instance_id)
                 self._rec.committed(_now())
+                self._committed_seen(req.offsets)
                 return
             except KafkaError as exc:
                 if exc.code != ErrorCode.stale_member_epoch or self.member is None:
@@ -471,6 +481,7 @@ class AsyncConsumer:
             raise IllegalStateError("committed() needs a group_id")
         tps = [TopicPartition(*tp) for tp in tps]
         found = await O.fetch_committed(self.client, self.group_id, tps)
+        self._committed_seen({tp: om.offset for tp, om in found.items()})
         return {tp: found[tp].offset if tp in found else None for tp in tps}
 
     async def end_offsets(self, tps) -> dict[TopicPartition, int]:
@@ -522,6 +533,7 @@ class AsyncConsumer:
         if isinstance(step, Lose):
             rec.drop_lost(step)
             log.info("group %s: member fenced, %d partition(s) lost", self.group_id, len(step.parts))
+            self._rebalanced("partitions lost")
             await _call(self.listener.on_partitions_lost, set(step.parts))
             rec.lost(_now())
             self._group_wake.set()
@@ -538,6 +550,7 @@ class AsyncConsumer:
                 for tp in names:  # no more fetching, but position() and commit() still work in the callback
                     if tp in self.positions.parts:
                         self.positions.parts[tp].paused = True
+                self._rebalanced("partitions revoked")
                 await _call(self.listener.on_partitions_revoked, names)
             except BaseException:
                 rec.cancel_revoke()  # the next poll starts it again
@@ -551,9 +564,76 @@ class AsyncConsumer:
                 step = rec.next_step()
             if isinstance(step, Assign) and step.pairs:
                 rec.start_assign(step)
+                self._rebalanced("partitions assigned")
                 await _call(self.listener.on_partitions_assigned, set(step.parts))
                 rec.finish_assign(step, _now())
                 self._group_wake.set()
+
+    def _rebalanced(self, what: str) -> None:
+        """Statistics: a rebalance callback is about to run (librdkafka's rebalance_cnt)."""
+        reason = getattr(self.member, "join_reason", None)  # the classic member's JoinGroup reason (KIP-800)
+        self.client.stats.rebalanced(f"{what}: {reason}" if reason else what, time.monotonic())
+
+    def _committed_seen(self, offsets: dict) -> None:
+        """Statistics: committed offsets this consumer committed or fetched (committed_offset)."""
+        stats, now = self.client.stats, time.monotonic()
+        for tp, o in offsets.items():
+            stats.partition(tp.topic, tp.partition, now).committed_offset = o.offset if isinstance(
+                o, O.OffsetAndMetadata) else int(o)
+
+    # ------------------------------------------------------------------ statistics
+
+    def metrics(self) -> dict:
+        """The consumer's statistics in the shape of librdkafka's (STATISTICS.md), as a dict;
+        client/stats.py says which fields are filled. Windows (rtt, throttle) cover the time
+        since the previous call."""
+        cluster = self.client.cluster
+        positions = self.positions
+        buffered = positions.buffered_records()
+        tps = set(positions.parts)
+        for t in set(self.client.stats.topics) | {tp.topic for tp in positions.parts}:
+            tps.update(cluster.partitions(t))
+        parts: dict[tuple[str, int], dict] = {}
+        for tp in tps:
+            info = cluster.partition(tp)
+            s = positions.parts.get(tp)
+            g: dict = {"leader": info.leader if info is not None else -1, "desired": s is not None,
+                       "unknown": info is None, "leader_epoch": info.leader_epoch if info is not None else -1}
+            if s is None:
+                g.update(fetchq_cnt=0, fetch_state="none", next_offset=OFFSET_INVALID,
+                         app_offset=OFFSET_INVALID, stored_offset=OFFSET_INVALID)
+            else:
+                pos = s.position if s.position is not None else OFFSET_INVALID
+                # librdkafka's fetch states: offset-query while the start offset is looked up,
+                # validate-epoch-wait during KIP-320 validation, active otherwise (paused too).
+                state = "offset-query" if s.position is None else "validate-epoch-wait" if s.validating else "active"
+                nxt = positions.next_fetch_offset(tp)
+                g.update(fetchq_cnt=buffered.get(tp, 0), fetch_state=state,
+                         next_offset=nxt if nxt is not None else OFFSET_INVALID, app_offset=pos, stored_offset=pos)
+            parts[tp] = g
+        cgrp = extra = None
+        if self.group_id is not None:
+            m = self.member
+            extra = {"group_protocol": self.group_protocol}
+            if m is not None:
+                extra["member_id"] = m.member_id
+                if self.group_protocol == "classic":
+                    extra["generation_id"] = m.generation
+                else:
+                    extra["member_epoch"] = m.epoch
+                extra["member_state"] = m.state.value
+            cgrp = {"state": self._cgrp_state(), "join_state": _join_state(m),
+                    "assignment_size": len(positions.parts) if self._mode == "subscribe" else 0}
+        snap = Snapshot(time.monotonic(), time.time(), metadata_cache_cnt=len(cluster.topics), partitions=parts,
+                        consumer=True, read_committed=self.isolation_level == 1, cgrp=cgrp, extra=extra)
+        return render(self.client.stats, snap)
+
+    def _cgrp_state(self) -> str:
+        """librdkafka's cgrp state: "up" while a connection to the coordinator is open."""
+        up = self.client.coordinator_up(self.group_id)
+        if up is None:
+            return "init" if self.member is None else "query-coord"
+        return "up" if up else "wait-broker-transport"
 
     async def _leave_group(self) -> None:
         m = self.member
@@ -563,6 +643,7 @@ class AsyncConsumer:
                 await self._commit_positions(owned)
             for tp in owned:
                 self.positions.parts[tp].paused = True
+            self._rebalanced("leaving the group")
             await _call(self.listener.on_partitions_revoked, set(owned))
         self._rec.leave(owned, _now())
         self._group_wake.set()
@@ -656,6 +737,28 @@ class AsyncConsumer:
         self._wake.set()
         async with self._heartbeat_seen:
             self._heartbeat_seen.notify_all()
+
+
+# librdkafka's cgrp join_state for a member state that means the same (rd_kafka_cgrp_join_state_names);
+# other states are shown under their own name.
+_JOIN_STATES = {
+    "unsubscribed": "init",
+    "preparing": "wait-unassign-call",  # classic eager: revoking before JoinGroup
+    "joining": "wait-join",
+    "assigning": "wait-metadata",  # classic leader: partition counts for the assignor
+    "syncing": "wait-sync",
+    "reconciling": "wait-assign-call",
+    "stable": "steady",
+}
+
+
+def _join_state(member) -> str:
+    if member is None:
+        return "init"
+    state = member.state.value
+    if state == "reconciling" and member.to_revoke():
+        return "wait-unassign-call"  # revocations come first
+    return _JOIN_STATES.get(state, state)
 
 
 def _now() -> float:

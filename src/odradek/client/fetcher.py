@@ -199,17 +199,18 @@ class Positions:
         return out
 
     def on_partition(self, tp: TopicPartition, fetch_offset: int, records_bytes: bytes | None,
-                     high_watermark: int, aborted: list | None = None) -> None:
+                     high_watermark: int, aborted: list | None = None) -> Completed | None:
         """A partition's data from a Fetch response with no error. `aborted`: the
-        response's aborted transactions, for read_committed (None for read_uncommitted)."""
+        response's aborted transactions, for read_committed (None for read_uncommitted).
+        Returns the chunk buffered, if any (the driver counts it for the statistics)."""
         s = self.parts.get(tp)
         if s is None or s.validating or self.next_fetch_offset(tp) != fetch_offset:
             # Revoked or sought meanwhile (the 0.9 design: stale fetches are discarded), or
             # fetched before a leader change whose validation is pending (KIP-320).
-            return
+            return None
         s.high_watermark = high_watermark
         if not records_bytes:
-            return
+            return None
         try:
             batches = decode_batches(records_bytes, verify_crc=self.check_crcs)
         except CodecError as exc:
@@ -240,7 +241,10 @@ class Positions:
                     append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value,
                                           tuple((x.key, x.value) for x in r.headers) if r.headers else (), epoch))
         if next_offset > fetch_offset:
-            self.buffer.append(Completed(tp, fetch_offset, out, next_offset, high_watermark, last_epoch))
+            chunk = Completed(tp, fetch_offset, out, next_offset, high_watermark, last_epoch)
+            self.buffer.append(chunk)
+            return chunk
+        return None
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` records, advancing positions as they are handed out."""
@@ -265,6 +269,13 @@ class Positions:
                 s.position = c.fetch_offset = chunk[-1].offset + 1
                 s.offset_epoch, s.epoch_of = chunk[-1].leader_epoch, s.position
         return taken
+
+    def buffered_records(self) -> dict[TopicPartition, int]:
+        """tp -> records fetched and not yet handed out (statistics: fetchq_cnt)."""
+        out: dict[TopicPartition, int] = {}
+        for c in self.buffer:
+            out[c.tp] = out.get(c.tp, 0) + len(c.records)
+        return out
 
     def drop_buffered(self, tps=None) -> None:
         if tps is None:

@@ -18,6 +18,10 @@ the application are kept in `error` and raised by the next poll. With read_commi
 Fetch asks for isolation_level 1 and the aborted transactions of each answer go to
 `Positions.on_partition`, which drops their records (KIP-98). Every task sets the
 consumer's wake-up event when it ends, so a poll waiting for records looks again.
+
+Statistics (client/stats.py), per partition per answer: the log start, high watermark and
+last stable offset of every answer without error, and the records and bytes of each chunk
+kept.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .errors import (
 from .fetcher import Positions, fetch_body
 from .net import Client
 from .readreplica import ReadReplicas, Step
+from .stats import OFFSET_INVALID
 from .versions import Api
 
 log = logging.getLogger(__name__)
@@ -167,12 +172,20 @@ class FetchDriver:
                 raise KafkaError(resp.error_code, "Fetch")
             now = _now()
             brokers = self.client.cluster.brokers
+            stats = self.client.stats
             for t in resp.responses:
                 for p in t.partitions:
                     tp = TopicPartition(t.topic, int(p.partition_index))
                     s = self.positions.parts.get(tp)
                     if tp not in offsets or s is None:
                         continue
+                    if p.error_code == ErrorCode.none:
+                        ps = stats.partition(tp.topic, tp.partition, now / 1000)
+                        ps.hi_offset = hwm = int(p.high_watermark)
+                        lso = int(getattr(p, "last_stable_offset", -1))
+                        ps.ls_offset = lso if lso >= 0 else hwm  # librdkafka: the hwm when there is no LSO
+                        start = int(getattr(p, "log_start_offset", -1))
+                        ps.lo_offset = start if start >= 0 else OFFSET_INVALID
                     step = self.replicas.on_fetched(
                         s, node, p.error_code, preferred=int(getattr(p, "preferred_read_replica", -1)),
                         fetch_offset=offsets[tp], high_watermark=int(p.high_watermark), now_ms=now, brokers=brokers)
@@ -180,7 +193,12 @@ class FetchDriver:
                         # read_committed: the broker lists the aborted transactions in what
                         # it returns; the client drops their records (KIP-98).
                         aborted = p.aborted_transactions if self.isolation_level == 1 else None
-                        self.positions.on_partition(tp, offsets[tp], p.records, int(p.high_watermark), aborted)
+                        chunk = self.positions.on_partition(tp, offsets[tp], p.records, int(p.high_watermark),
+                                                            aborted)
+                        if chunk is not None:
+                            ps = stats.partition(tp.topic, tp.partition, now / 1000)
+                            ps.rxmsgs += len(chunk.records)
+                            ps.rxbytes += len(p.records)
                     elif step is Step.RESET:
                         self._out_of_range(tp, offsets[tp])
                     elif step is Step.VALIDATE:

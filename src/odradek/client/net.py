@@ -11,6 +11,12 @@ Metadata names them), the `ClusterView`, and coordinator lookups. `Client.call`
 retries retriable failures with exponential backoff until `retries` or the
 caller's deadline run out, refreshing metadata or rediscovering the coordinator when
 the error says the target moved.
+
+Statistics (`stats`, issue 21): each connection counts into the `stats.BrokerStats` of
+its connection key, which outlives reconnections: requests and bytes out per write,
+responses per answer, bytes in per read, round-trip times from a send-time queue that
+mirrors the wire's queue of outstanding requests (answers come in order), and state
+changes. A handful of integer additions per request, none per record.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +40,7 @@ from .errors import (
     UnsupportedApiError,
 )
 from .security import ClientSecurity
+from .stats import BrokerStats, ClientStats
 from .versions import Api, negotiate
 from .wire import WireConnection
 
@@ -62,8 +70,11 @@ class BrokerConnection:
     """One TCP connection to one broker, with negotiated API versions."""
 
     def __init__(self, host: str, port: int, client_id: str, request_timeout: float,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, stats: BrokerStats | None = None) -> None:
         self.host, self.port = host, port
+        # The broker's own connections (replica fetcher, markers) count into a private entry.
+        self.stats = stats if stats is not None else BrokerStats(f"{host}:{port}", -1, f"{host}:{port}")
+        self._sent_at: deque[float] = deque()  # send time of each request awaiting an answer, in order
         self.security = security or PLAINTEXT
         self.reauth_at: float | None = None  # KIP-368: replace the connection from then on
         self.wire = WireConnection(client_id)
@@ -77,19 +88,33 @@ class BrokerConnection:
         self.error: Exception | None = None
 
     async def open(self, timeout: float) -> None:
+        st = self.stats
+        st.connects += 1
+        st.set_state("CONNECT", time.monotonic())
         try:
             self._reader, self._writer = await asyncio.wait_for(self._connect(), timeout)
         except (TimeoutError, OSError) as exc:
             self.closed = True
+            st.set_state("DOWN", time.monotonic())
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+        self._connected()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
+            st.set_state("APIVERSION_QUERY", time.monotonic())
             await self._negotiate()
             if self.security.sasl:
+                st.set_state("AUTH_HANDSHAKE", time.monotonic())
                 await self._authenticate()
         except BaseException as exc:
             self.close(exc if isinstance(exc, KafkaError) else None)  # do not leak the socket
             raise
+        if not self.closed:
+            st.set_state("UP", time.monotonic())
+
+    def _connected(self) -> None:
+        st = self.stats
+        st.wire = self.wire
+        st.last_tx = st.last_rx = 0.0  # librdkafka's txidle/rxidle are per connection
 
     async def _negotiate(self) -> None:
         # KIP-511: ask with v3; a broker that does not know v3 answers with v0's layout
@@ -144,7 +169,12 @@ class BrokerConnection:
         self.close(None)
         self.closed = False
         self.wire = WireConnection(self.wire.client_id)
+        self._sent_at.clear()
+        self.stats.connects += 1
+        self.stats.set_state("CONNECT", time.monotonic())
         self._reader, self._writer = await self._connect()
+        self._connected()
+        self.stats.set_state("APIVERSION_QUERY", time.monotonic())
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     def version(self, api: int) -> int:
@@ -163,13 +193,25 @@ class BrokerConnection:
         if self.closed:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
         correlation_id, data = self.wire.request(api, version, body, expect_response=expect_response)
+        now = time.monotonic()
         fut = None
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
             self._waiters[correlation_id] = fut
+            self._sent_at.append(now)
+        st = self.stats
+        st.tx += 1
+        st.txbytes += len(data)
+        st.last_tx = now
+        req = st.req
+        req[api] = req.get(api, 0) + 1
         self._writer.write(data)
         if self._writer.transport.get_write_buffer_size() > 1 << 20:
-            await self._writer.drain()
+            try:
+                await self._writer.drain()
+            except OSError:
+                st.txerrs += 1
+                raise
         if fut is None:
             return None
         try:
@@ -177,14 +219,27 @@ class BrokerConnection:
         except TimeoutError:
             exc = KafkaTimeoutError(f"no response from {self.host}:{self.port} to api {api} v{version} "
                                     f"in {timeout or self.request_timeout:.1f}s")
+            st.req_timeouts += 1
             self.close(exc)
             raise exc from None
 
     async def _read_loop(self) -> None:
+        st = self.stats
+        sent_at = self._sent_at
+        data = b"\0"
         try:
             while True:
                 data = await self._reader.read(1 << 20)
+                now = time.monotonic()
+                st.rxbytes += len(data)
+                st.last_rx = now
                 for correlation_id, body in self.wire.receive_data(data):
+                    st.rx += 1
+                    if sent_at:
+                        st.rtt.add(int((now - sent_at.popleft()) * 1e6))
+                    throttle = getattr(body, "throttle_time", None)
+                    if throttle is not None:
+                        st.throttle.add(int(throttle.total_seconds() * 1000))
                     fut = self._waiters.pop(correlation_id, None)
                     if fut is not None and not fut.done():
                         if isinstance(body, KafkaError):
@@ -196,8 +251,11 @@ class BrokerConnection:
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
+            if data:  # a malformed answer; a close by the peer (b"") is a disconnect, not an error
+                st.rxerrs += 1
             self.close(exc)
         except OSError as exc:
+            st.rxerrs += 1
             self.close(KafkaConnectionError(f"{self.host}:{self.port}: {exc!r}"))
 
     def close(self, error: Exception | None = None) -> None:
@@ -205,6 +263,11 @@ class BrokerConnection:
             return
         self.closed = True
         self.error = error
+        st = self.stats
+        if st.state == "UP" and error is not None:
+            st.disconnects += 1  # lost (peer, network, timeout), not closed by us
+        st.set_state("DOWN", time.monotonic())
+        self._sent_at.clear()
         err = error or KafkaConnectionError(f"connection to {self.host}:{self.port} closed")
         for fut in self._waiters.values():
             if not fut.done():
@@ -242,6 +305,7 @@ class Client:
         self._metadata_lock: asyncio.Lock | None = None
         self._known_topics: set[str] = set()
         self.closed = False
+        self.stats = ClientStats(client_id, time.monotonic())
 
     # ---------------------------------------------------------------- connections
 
@@ -265,7 +329,8 @@ class Client:
         task = self._opening.get(node)
         if task is None:
             host, port = self._address(node)
-            conn = BrokerConnection(host, port, self.client_id, self.request_timeout, self.security)
+            conn = BrokerConnection(host, port, self.client_id, self.request_timeout, self.security,
+                                    self.stats.broker(node, host, port))
 
             async def opener() -> BrokerConnection:
                 try:
@@ -343,7 +408,11 @@ class Client:
                         "include_topic_authorized_operations": False, "include_cluster_authorized_operations": False}
             resp = await self.send_any(Api.METADATA, body)
             self.cluster.update(resp, all_topics=want is None)
-            self._metadata_at = time.monotonic()
+            self._metadata_at = now = time.monotonic()
+            stamps = self.stats.metadata_at
+            for t in resp.topics:
+                if t.name is not None:
+                    stamps[t.name] = now
 
         await self.call(attempt)
 
@@ -405,6 +474,15 @@ class Client:
 
     def forget_coordinator(self, group_id: str) -> None:
         self._coordinators.pop(group_id, None)
+
+    def coordinator_up(self, group_id: str) -> bool | None:
+        """Whether the connection to the group's coordinator is open; None while the
+        coordinator is not known (statistics: the cgrp state)."""
+        key = self._coordinators.get(group_id)
+        if key is None:
+            return None
+        conn = self._conns.get(key)
+        return conn is not None and not conn.closed
 
     async def close(self) -> None:
         self.closed = True

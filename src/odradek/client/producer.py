@@ -20,6 +20,10 @@ its partition is in the transaction, marks batches transactional, and reports ba
 that fail for good, which fails the transaction (abortable) or the producer (fatal). When
 the transaction fails, what is still queued fails with it (Java abortUndrainedBatches,
 librdkafka's purge on an abortable error).
+
+`metrics()` is librdkafka's statistics object (client/stats.py): the connections count
+requests, `_deliver` counts each acknowledged batch (records, bytes as sent, one batch
+sample per topic), and the queue gauges are read from the accumulator when asked.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from .errors import (
 )
 from .net import Client
 from .partitioner import key_partition
+from .stats import Snapshot, render
 from .transacting import TransactionDriver
 from .transaction import GroupMetadata, State, TransactionCore, as_offsets
 from .versions import Api
@@ -110,6 +115,7 @@ class AsyncProducer:
         self.client = client or Client(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                        retry_backoff_ms=retry_backoff_ms, security=security)
         self._own_client = client is None
+        self.client.stats.set_type("producer")
         self.acc = Accumulator(batch_size, linger_ms)
         # send() waits while this many records are undelivered (Java blocks on buffer.memory).
         self.max_buffered_records = max_buffered_records
@@ -271,6 +277,39 @@ class AsyncProducer:
                 log.warning("producer sender ended with %r", exc)
         if self._own_client:
             await self.client.close()
+
+    # ------------------------------------------------------------------ statistics
+
+    def metrics(self) -> dict:
+        """The producer's statistics in the shape of librdkafka's (STATISTICS.md), as a dict;
+        client/stats.py says which fields are filled. Windows (rtt, throttle, batchsize,
+        batchcnt) cover the time since the previous call."""
+        cluster = self.client.cluster
+        size, queues = self.acc.gauges()
+        # Every partition of the topics produced to (as librdkafka lists its topics' partitions).
+        tps = set(queues)
+        for t in set(self.client.stats.topics) | {tp.topic for tp in queues}:
+            tps.update(cluster.partitions(t))
+        parts: dict[tuple[str, int], dict] = {}
+        for tp in tps:
+            info = cluster.partition(tp)
+            queued, queued_bytes, inflight = queues.get(tp, (0, 0, 0))
+            parts[tp] = {"leader": info.leader if info is not None else -1, "unknown": info is None,
+                         "msgq_cnt": queued, "msgq_bytes": queued_bytes,
+                         "leader_epoch": info.leader_epoch if info is not None else -1, "msgs_inflight": inflight}
+        eos = None
+        if self.idempotent:
+            pid, epoch = (self.txn.producer_id, self.txn.producer_epoch) if self.txn is not None \
+                else (self.producer_id, self.producer_epoch)
+            eos = {"idemp_state": "Assigned" if pid >= 0 else "Init"}
+            if self.txn is not None:
+                eos["txn_state"] = _TXN_STATES[self.txn.state]
+                eos["txn_may_enq"] = self.txn.state is State.IN_TRANSACTION
+            eos.update({"producer_id": pid, "producer_epoch": epoch})
+        snap = Snapshot(time.monotonic(), time.time(), metadata_cache_cnt=len(cluster.topics),
+                        top={"msg_cnt": self.acc.records, "msg_size": size, "msg_max": self.max_buffered_records},
+                        partitions=parts, eos=eos)
+        return render(self.client.stats, snap)
 
     # ------------------------------------------------------------------ transactions (KIP-98)
 
@@ -467,6 +506,15 @@ class AsyncProducer:
 
     def _deliver(self, b: ProducerBatch, base_offset: int, log_append_time) -> None:
         self.acc.complete(b)
+        # Statistics, per batch: librdkafka's txmsgs/txbytes and its batchsize/batchcnt windows.
+        n, size, now = len(b.records), len(b.encoded), time.monotonic()
+        stats = self.client.stats
+        ps = stats.partition(b.tp.topic, b.tp.partition, now)
+        ps.txmsgs += n
+        ps.txbytes += size
+        topic_stats = stats.topics[b.tp.topic]
+        topic_stats.batchsize.add(size)
+        topic_stats.batchcnt.add(n)
         append_ts = _ms(log_append_time)
         for (delta, ts, *_rest), fut in zip(b.records, b.handles):
             if not fut.done():
@@ -533,6 +581,13 @@ class _Transaction:
             await self.producer.commit_transaction()
         elif self.producer.txn is not None and self.producer.txn.state is not State.FATAL_ERROR:
             await self.producer.abort_transaction()
+
+
+# librdkafka's txn_state names for TransactionCore's states (rd_kafka_txn_state2str).
+_TXN_STATES = {State.UNINITIALIZED: "Init", State.INITIALIZING: "WaitPID", State.READY: "Ready",
+               State.IN_TRANSACTION: "InTransaction", State.COMMITTING: "CommittingTransaction",
+               State.ABORTING: "AbortingTransaction", State.ABORTABLE_ERROR: "AbortableError",
+               State.FATAL_ERROR: "FatalError"}
 
 
 def _ms(value) -> int:

@@ -101,6 +101,18 @@ class Producer:
         self._drained()
         run(self._p.flush(timeout))
 
+    def metrics(self) -> dict:
+        """AsyncProducer.metrics(), taken on the client's loop (where the counters move),
+        with the records `send` queued here and not yet handed over counted in msg_cnt/msg_size."""
+        async def take() -> dict:
+            m = self._p.metrics()
+            with self._qlock:
+                waiting = [(k, v) for _t, v, k, *_rest in self._queue]
+            m["msg_cnt"] += len(waiting)
+            m["msg_size"] += sum(len(_bytes(k)) + len(_bytes(v)) for k, v in waiting)
+            return m
+        return run(take())
+
     # --- transactions (KIP-98): records sent before a commit or abort belong to it ---
 
     def init_transactions(self, timeout: float | None = None) -> None:
@@ -304,6 +316,10 @@ class Consumer:
     def close(self, timeout: float = 30.0) -> None:
         self._call(self._c.close(timeout))
 
+    def metrics(self) -> dict:
+        """AsyncConsumer.metrics(), taken on the client's loop (where the counters move)."""
+        return run(_sync(self._c.metrics))
+
     @property
     def member(self):
         return self._c.member
@@ -313,6 +329,13 @@ class Consumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _bytes(v) -> bytes:
+    """What the producer will send for a key or value (str is UTF-8), b"" for None."""
+    if v is None:
+        return b""
+    return v.encode() if isinstance(v, str) else bytes(v)
 
 
 def _settle(fut: asyncio.Future, exc: BaseException | None) -> None:
