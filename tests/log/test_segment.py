@@ -658,7 +658,7 @@ def test_reads_check_crcs_and_a_broken_header_is_corruption_not_the_end(tmp_path
     seg = Segment(tmp_path, BASE, 1 << 20, T0)
     seg.load()
     whole = seg.pread(0, seg.size)
-    assert seg.verify_crcs(whole, 0) == len(batches[0][2])  # stops before the bad batch
+    assert seg.verify_crcs(whole, 0) == (len(batches[0][2]), 2)  # stops before the bad batch, 2 records
     with pytest.raises(CorruptBatch) as err:
         seg.verify_crcs(whole[len(batches[0][2]):], len(batches[0][2]))
     assert err.value.offset == BASE + 2

@@ -596,3 +596,17 @@ def test_after_a_kill_that_tore_the_marker_the_transaction_is_open_again(tmp_pat
     assert again.log_end_offset == marker
     assert again.producers.ongoing == {A: 0} and again.last_stable_offset == 0
     assert all_aborted(again) == [] and not (tmp_path / "t-0" / f"{2:020d}.txnindex").exists()
+
+
+def test_a_read_counts_its_data_records_and_not_its_markers(logdir):
+    # The broker's messages-out metric comes from this count (issue 21), so a commit
+    # marker, a control batch of one record, must not be in it.
+    plog = PartitionLog(logdir, config(), T0)
+    plain(plog, 3)
+    txn(plog, A, 0, count=2)
+    end(plog, A, commit=True)
+    plain(plog, 1)
+    result = plog.read(0, 1 << 20)
+    assert [h.is_control for h in iter_headers(result.data)] == [False, False, True, False]
+    assert result.records == 6
+    assert plog.read(plog.log_end_offset, 1 << 20).records == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -27,12 +28,12 @@ def test_histogram_buckets_sum_and_max():
 def test_error_codes_walks_top_level_entries_and_partitions():
     produce = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0},
                                                                     {"index": 1, "error_code": 6}]}]}
-    assert sorted(error_codes(produce)) == [0, 6]
+    assert error_codes(produce) == {0: 1, 6: 1}
     heartbeat = {"error_code": ErrorCode.fenced_member_epoch, "member_id": "m"}
-    assert list(error_codes(heartbeat)) == [ErrorCode.fenced_member_epoch]
+    assert error_codes(heartbeat) == {ErrorCode.fenced_member_epoch: 1}
     offsets = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "error_code": 0}]}], "error_code": 0}
-    assert list(error_codes(offsets)) == [0, 0]
-    assert list(error_codes({"throttle_time_ms": 0})) == []
+    assert error_codes(offsets) == {0: 2}
+    assert error_codes({"throttle_time_ms": 0}) == {}
 
 
 def _broker(tmp_path: Path, metrics: str) -> Broker:
@@ -88,3 +89,18 @@ def test_coordinator_sensors_count_writes_not_read_only_operations():
     assert stats.batch_flush_time.count == 1
     assert stats.event_purgatory_time.count == 1 and stats.event_purgatory_time.max == 0.0
     assert stats.consumer_rebalances == 1
+
+
+def test_responses_are_walked_only_where_their_schema_keeps_entries():
+    from odradek.observability.stats import count_errors, entry_lists
+
+    assert entry_lists(68, 1) == ()  # ConsumerGroupHeartbeat: a top-level code only
+    assert entry_lists(0, 9) == ("responses",)  # Produce: topics, then partitions
+    assert entry_lists(999, 0) is None  # unknown to kio: every value is looked at
+    produce = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0},
+                                                                    {"index": 1, "error_code": 6}]}],
+               "throttle_time_ms": 0}
+    planned, walked = defaultdict(int), defaultdict(int)
+    count_errors(planned, 0, produce, entry_lists(0, 9))
+    count_errors(walked, 0, produce)
+    assert planned == walked == {(0, 0): 1, (0, 6): 1}

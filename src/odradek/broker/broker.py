@@ -369,7 +369,7 @@ class Broker:
             return await self._handle_request(request, stats)
         finally:
             stats.in_flight -= 1
-            REQUEST_STARTED.set(None)
+            REQUEST_STARTED.set(None)  # what runs next in this task is not this request's
             stats.request(request.api_key, request.api_version, stats.clock() - started, request.result)
 
     async def _handle_request(self, request: Request, stats) -> bytes | None:

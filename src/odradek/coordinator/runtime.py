@@ -459,12 +459,11 @@ class CoordinatorRuntime(ShardElections):
 
     def _run_guarded(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int, answer: Deferred) -> None:
         stats = self.stats
-        if stats is not None:
-            started = stats.clock()
-            stats.event_started(started)
-            written_before = shard.last_written_offset
         try:
-            response = self._apply(shard, op, now_ms)
+            if stats is None:
+                response = self._apply(shard, op, now_ms)
+            else:
+                response = self._apply_measured(stats, shard, op, now_ms)
         except _AppendFailed as exc:
             cause = exc.__cause__ or exc
             self.write_failures += 1
@@ -474,15 +473,22 @@ class CoordinatorRuntime(ShardElections):
             self._revert(shard, cause, now_ms)
             answer.fail(cause)
             return
+        self._defer(shard, functools.partial(answer.complete, response), answer.fail)
+
+    def _apply_measured(self, stats, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
+        """`_apply` timed for KIP-848's event queue and processing time sensors (one call
+        into the stats, as this runs on every heartbeat)."""
+        written_before = shard.last_written_offset
+        started = stats.clock()
+        try:
+            response = self._apply(shard, op, now_ms)
         finally:
-            if stats is not None:
-                stats.event_processing_time.observe(stats.clock() - started)
-        if (stats is not None and shard.last_written_offset != written_before
-                and shard.last_written_offset <= shard.last_committed_offset):
+            stats.event(started, stats.clock())
+        if written_before != shard.last_written_offset <= shard.last_committed_offset:
             # KIP-848 "event purgatory time" of a write committed as it was appended (a single
             # replica): it spent no time there. Operations that wrote nothing never enter it.
             stats.event_purgatory_time.observe(0.0)
-        self._defer(shard, functools.partial(answer.complete, response), answer.fail)
+        return response
 
     # --- running operations -----------------------------------------------------------------------
 

@@ -133,6 +133,7 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    records: int = 0  # data records in `data` (control batches not counted): the messages-out metric
 
 
 def _segment_groups(headers: list[BatchHeader]) -> list[list[BatchHeader]]:
@@ -624,10 +625,10 @@ class PartitionLog(EpochReconciliation, Truncation, Transactions):
                 size = h.size
             data = seg.pread(h.position, max(size, 0))
             try:
-                good = seg.verify_crcs(data, h.position)
+                good, records = seg.verify_crcs(data, h.position)
             except CorruptBatch as exc:
                 raise self._corrupt(seg, exc.offset, str(exc)) from None
-            return ReadResult(data if good == len(data) else data[:good], hw, start, leo)
+            return ReadResult(data if good == len(data) else data[:good], hw, start, leo, records)
         return ReadResult(b"", hw, start, leo)
 
     def _corrupt(self, seg: Segment, offset: int, message: str) -> CorruptBatch:

@@ -45,7 +45,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_of, iter_headers, read_header
+from ..records.batch import CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_of, iter_headers, read_header
 from .errors import CorruptBatch, SegmentDamaged, storage_error
 from .files import FileCache
 from .index import IndexCorrupt, OffsetIndex, TimeIndex
@@ -294,18 +294,22 @@ class Segment:
                 consumed = h.size
             position += consumed
 
-    def verify_crcs(self, data: bytes, start_position: int) -> int:
-        """How many leading bytes of `data` (read at `start_position`) hold batches whose
-        CRC32C is right; raises CorruptBatch when the first one is wrong."""
-        good = 0
+    def verify_crcs(self, data: bytes, start_position: int) -> tuple[int, int]:
+        """(how many leading bytes of `data` (read at `start_position`) hold batches whose
+        CRC32C is right, the data records in those batches); raises CorruptBatch when the
+        first one is wrong. The record count rides on this walk over the headers so the
+        broker's messages-out metric needs no second one (issue 21: metrics under 5 %)."""
+        good = records = 0
         for h in iter_headers(data):
             if crc_of(data, h) != h.crc:
                 if good == 0:
                     raise CorruptBatch(f"batch at offset {h.base_offset} of {self.path} (position "
                                        f"{start_position + h.position}) fails its CRC32C check", h.base_offset)
-                return good
+                return good, records
             good = h.position + h.size
-        return len(data)
+            if not h.attributes & CONTROL_MASK:
+                records += h.records_count
+        return len(data), records
 
     # --- loading and recovery --------------------------------------------------------
 

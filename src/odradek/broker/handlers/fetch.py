@@ -132,9 +132,11 @@ def _serving_check(broker, tp, p, any_replica: bool):
 
 def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1), first_pass=True, client=None,
               denied=frozenset()):
-    """One pass over the requested partitions. Returns (responses, bytes, answer_now):
-    answer_now when a partition's answer must not wait (an error, a preferred read
-    replica, a high watermark a follower has not been sent)."""
+    """One pass over the requested partitions. Returns (responses, bytes, answer_now,
+    served): answer_now when a partition's answer must not wait (an error, a preferred
+    read replica, a high watermark a follower has not been sent); served: topic -> [bytes,
+    records] of the data read, for the bytes/messages-out metrics (records come from the
+    read's own CRC walk, so counting them costs no second pass over the batches)."""
     replica_id, replica_epoch = replica
     # KIP-98: a consumer's READ_COMMITTED reads below the last stable offset (followers never).
     read_committed = replica_id < 0 and int(getattr(body, "isolation_level", 0)) == READ_COMMITTED
@@ -147,6 +149,7 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
     had_error = False
     first_data = True
     responses = []
+    served: dict[str, list[int]] = {}
     for t in body.topics:
         topic, topic_error = _resolve(broker, t, by_id)
         parts = []
@@ -250,29 +253,16 @@ def _read_all(broker, body, by_id, version=ZSTD_FETCH_VERSION, replica=(-1, -1),
             if result.data:
                 first_data = False
                 total += len(result.data)
+                counts = served.get(topic.name)
+                if counts is None:
+                    served[topic.name] = [len(result.data), result.records]
+                else:
+                    counts[0] += len(result.data)
+                    counts[1] += result.records
             parts.append(_partition(p.partition, NONE, hw, result.log_start_offset, result.data,
                                     lso=min(plog.last_stable_offset, hw), aborted=aborted))
         responses.append({"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", ZERO_UUID), "partitions": parts})
-    return responses, total, had_error
-
-
-def _count_out(broker, body, by_id, responses, follower: bool) -> None:
-    """Bytes and records served per topic (Kafka's BytesOutPerSec, and its
-    ReplicationBytesOutPerSec for followers); records are counted from batch headers."""
-    stats = broker.stats
-    for t, response in zip(body.topics, responses):
-        nbytes = records = 0
-        for part in response["partitions"]:
-            data = part["records"]
-            if data:
-                nbytes += len(data)
-                for h in iter_headers(data):
-                    if not h.is_control:
-                        records += h.records_count
-        if nbytes:
-            topic, _ = _resolve(broker, t, by_id)
-            if topic is not None:
-                stats.fetched(topic.name, nbytes, records, follower)
+    return responses, total, had_error, served
 
 
 def _keys(broker, body, by_id):
@@ -317,13 +307,16 @@ async def fetch(broker, request):
     denied = _denied(broker, request, body, by_id, replica[0] >= 0)
     first_pass = True
     while True:
-        responses, total, had_error = _read_all(broker, body, by_id, request.api_version, replica, first_pass, client,
-                                                denied)
+        responses, total, had_error, served = _read_all(broker, body, by_id, request.api_version, replica,
+                                                        first_pass, client, denied)
         first_pass = False
         remaining_ms = deadline - broker.clock()
         if total >= body.min_bytes or had_error or remaining_ms <= 0:
             if total and broker.stats is not None:
-                _count_out(broker, body, by_id, responses, replica[0] >= 0)
+                # Bytes and records served per topic (Kafka's BytesOutPerSec, and its
+                # ReplicationBytesOutPerSec for followers).
+                for name, (nbytes, records) in served.items():
+                    broker.stats.fetched(name, nbytes, records, replica[0] >= 0)
             return _response(responses)
         keys = _keys(broker, body, by_id)
         if not keys:
