@@ -273,6 +273,7 @@ class CKMember:
         self.records: list[tuple[str, int, int, bytes]] = []
         self.positions: dict[tuple[str, int], int] = {}
         self.errors: list = []  # KafkaErrors from error_cb and from poll()
+        self.commit_retries: list = []  # (when, partitions, error) of revoke commits retried
         self.commit_on_revoke = commit_on_revoke
         self.closed = False
         self.consumer = Consumer(ck_conf(bootstrap, group, error_cb=self._error_cb, **conf))
@@ -288,10 +289,29 @@ class CKMember:
         parts = [(tp.topic, tp.partition) for tp in partitions]
         if self.commit_on_revoke:
             try:
-                self.commit(parts)  # synchronously, before the revocation is acknowledged
+                self._commit_retrying(parts)  # synchronously, before the revocation is acknowledged
             except BaseException as exc:  # noqa: BLE001 (no exception may escape a librdkafka callback)
                 self.errors.append(exc)
         self.journal.record(self.name, "revoke", parts)
+
+    def _commit_retrying(self, parts, attempts: int = 20) -> None:
+        """commit(), retried on REBALANCE_IN_PROGRESS as Java's commitSync retries it (a
+        RetriableCommitFailedException): a revoke callback can run while the coordinator
+        waits for the leader's assignment, when Kafka refuses commits too. Each retry is
+        kept in `commit_retries`, so a test can say what happened."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        for attempt in range(attempts):
+            try:
+                self.commit(parts)
+                return
+            except (KafkaException, AssertionError) as exc:
+                codes = {exc.args[0].code()} if isinstance(exc, KafkaException) else \
+                    {tp.error.code() for tp in getattr(exc, "failed", ())}
+                if codes != {KafkaError.REBALANCE_IN_PROGRESS} or attempt == attempts - 1:
+                    raise
+                self.commit_retries.append((time.monotonic(), parts, str(exc)))
+                time.sleep(0.1)
 
     def _on_lost(self, _c, partitions) -> None:
         self.journal.record(self.name, "lost", [(tp.topic, tp.partition) for tp in partitions])
@@ -306,7 +326,9 @@ class CKMember:
                                           asynchronous=False)
             failed = [tp for tp in result if tp.error is not None]
             if failed:
-                raise AssertionError(f"{self.name}: commit failed for {failed}")
+                exc = AssertionError(f"{self.name}: commit failed for {failed}")
+                exc.failed = failed
+                raise exc
         return offsets
 
     def owned(self) -> set[tuple[str, int]]:

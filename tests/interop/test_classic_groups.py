@@ -799,7 +799,12 @@ def test_librdkafka_bounces_lose_and_duplicate_nothing(cbroker, topic_name, stra
     got = consumed_positions(everyone)
     assert set(got) == set(delivered), f"{len(set(delivered) - set(got))} records never consumed"
     dupes = [k for k, n in collections.Counter(got).items() if n > 1]
-    assert not dupes, f"{len(dupes)} records consumed twice despite commit-on-revoke: {dupes[:10]}"
+    # What the members saw first: a failed revoke commit explains a duplicate, and says why.
+    errors = {m.name: m.errors[:3] for m in everyone if m.errors}
+    retries = {m.name: m.commit_retries[:3] for m in everyone if m.commit_retries}
+    assert not dupes, (f"{len(dupes)} records consumed twice despite commit-on-revoke: {dupes[:10]}; "
+                       f"member errors {errors}; revoke commits retried {retries}; "
+                       f"events {[e for e in journal.events if e[2] in ('assign', 'revoke', 'lost')][-30:]}")
     assert len(delivered) == 20 * 9
     assert not journal.violations, journal.violations[:5]
     assert "lost" not in {e[2] for e in journal.events}, "a consumer lost its partitions though every step was orderly"

@@ -25,6 +25,7 @@ import logging
 import signal
 import socket
 import time
+import weakref
 
 from ..protocol.framing import CLOSED, NEED_DATA, RemoteProtocolError
 from . import maintenance
@@ -38,6 +39,10 @@ from .errors import CloseConnection
 log = logging.getLogger(__name__)
 
 __all__ = ["READ_SIZE", "BrokerServer", "run_broker"]
+
+
+def _handshake_failed(stats, listener: str) -> None:
+    stats.auth_failed[(listener, "SSL")] += 1
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -54,10 +59,15 @@ class _Connection(asyncio.BufferedProtocol):
         self.client_host = ""
         self._reading = True
         self._waiter: asyncio.Future | None = None
+        self.handshake: weakref.finalize | None = None  # TLS listeners with metrics: see BrokerServer._accepted
 
     # --- transport callbacks --------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.handshake is not None and self.handshake.detach() is not None:
+            stats = self.server.broker.stats
+            if not self.listener.sasl:  # SASL_SSL: the SASL exchange is the authentication counted
+                stats.auth_succeeded[(self.listener.name, "SSL")] += 1
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
         host = self.peer[0] if self.peer else ""
@@ -271,6 +281,17 @@ class BrokerServer:
     def connections(self) -> set[asyncio.Task]:
         return {c.task for c in self._conns if c.task is not None}
 
+    def _accepted(self, listener) -> _Connection:
+        conn = _Connection(self, listener)
+        stats = self.broker.stats
+        if listener.tls and stats is not None:
+            # asyncio hands a TLS connection to its protocol (connection_made) only once the
+            # handshake is done; one that fails never reaches it, and the protocol object is
+            # dropped. Kafka counts a failed SSL handshake in failed-authentication-total, so
+            # a protocol freed without having been made is one (counted when it is freed).
+            conn.handshake = weakref.finalize(conn, _handshake_failed, stats, listener.name)
+        return conn
+
     async def start(self) -> None:
         cfg = self.broker.config
         limits = Limits.from_config(cfg, _resolve_overrides(cfg.max_connections_per_ip_overrides))
@@ -283,7 +304,7 @@ class BrokerServer:
             context = server_context(props, listener) if listener.tls else None
             if listener.sasl:
                 self._sasl[listener.name] = sasl_config(props, listener, self.broker.scram_credential)
-            server = await loop.create_server(lambda lst=listener: _Connection(self, lst), listener.host,
+            server = await loop.create_server(lambda lst=listener: self._accepted(lst), listener.host,
                                               listener.port, ssl=context)
             listener.port = self.ports[listener.name] = server.sockets[0].getsockname()[1]
             self.servers.append(server)
