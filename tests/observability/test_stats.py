@@ -104,3 +104,29 @@ def test_responses_are_walked_only_where_their_schema_keeps_entries():
     count_errors(planned, 0, produce, entry_lists(0, 9))
     count_errors(walked, 0, produce)
     assert planned == walked == {(0, 0): 1, (0, 6): 1}
+
+
+def test_log_flushes_are_timed_whether_by_flush_messages_or_by_flush_ms(tmp_path):
+    from odradek.records.codec import Record, encode_batch
+
+    broker = _broker(tmp_path, "127.0.0.1:0")
+    broker.create_topic("every", 1, {"flush.messages": "1"})  # each append carries its fsync
+    broker.create_topic("timed", 1, {"flush.ms": "1000"})
+    flushes = broker.stats.log_flush
+
+    def produce(topic: str) -> None:
+        batch = encode_batch([Record(0, 1_700_000_000_000, b"k", b"v")])
+        frame = request_frame(0, 9, {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})[4:]
+        assert asyncio.run(broker.handle_frame(frame)) is not None
+
+    before = flushes.count
+    produce("every")
+    produce("every")
+    assert flushes.count == before + 2
+    produce("timed")
+    assert flushes.count == before + 2  # not yet due
+    broker.tick(broker.clock() + 60_000)  # flush.ms has passed: the tick flushes it
+    assert flushes.count == before + 3
+    assert flushes.sum > 0
+    broker.close()

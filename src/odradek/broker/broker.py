@@ -152,6 +152,9 @@ class Broker:
     def _watch(self, topic: str, partition: int, plog: PartitionLog) -> None:
         key = (topic, partition)
         plog.listeners.append(lambda _log: self.purgatory.notify(key))
+        stats = getattr(self, "stats", None)
+        if stats is not None:
+            plog.flush_observer = stats.log_flush.observe  # Kafka's LogFlushRateAndTimeMs
 
     async def open_partitions(self, keys: list[tuple[str, int]]) -> None:
         """Create, in a worker thread, the files of partitions about to be used for the

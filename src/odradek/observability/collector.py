@@ -232,8 +232,9 @@ class BrokerCollector(Collector):
         yield CounterMetricFamily("odradek_leader_elections",
                                   "Partition leaderships this broker took up (a new leader epoch for it)",
                                   value=stats.leaderships_taken)
-        yield _histogram("odradek_log_flush_time_seconds", "fsync of a rolled segment (Kafka LogFlushRateAndTimeMs)",
-                         stats.log_flush)
+        yield _histogram("odradek_log_flush_time_seconds",
+                         "Log flushes: by flush.messages or flush.ms, and the background fsync of rolled "
+                         "segments (Kafka LogFlushRateAndTimeMs)", stats.log_flush)
 
     def _connections(self, stats: BrokerStats) -> Iterator:
         current = GaugeMetricFamily("odradek_connections", "Open client connections (Kafka connection-count)",
