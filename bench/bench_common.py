@@ -1,15 +1,20 @@
-"""Helpers shared by the benchmark scripts: a broker subprocess, table printing and the
-machine/commit line."""
+"""Helpers shared by the benchmark scripts: a broker subprocess, table printing, the
+machine/commit line and the run of a script's chosen sections."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = "127.0.0.1"
@@ -25,6 +30,68 @@ def interrupt_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def require_positive(ap: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:
+    """An argument error for the first of the options `names` (attribute names) below 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def run_sections(ap: argparse.ArgumentParser, args: argparse.Namespace,
+                 sections: dict[str, Callable[[argparse.Namespace, dict], bool]],
+                 finish: Callable[[dict, int, float], None], libraries: tuple[str, ...] = ()) -> int:
+    """A benchmark script's main() after its arguments: the sections named in
+    ``args.sections`` (comma-separated; an unknown name is an argument error), run in the
+    order of `sections`, each ``fn(args, summary) -> ok``.
+
+    First the machine line, with the cores that the broker and the client processes
+    share, and the client libraries' versions: confluent-kafka and librdkafka, then
+    ``libraries`` (importable module names, shown as their distributions' versions); one
+    of them missing only matters for a ``throughput`` section (exit code 2). SIGTERM
+    interrupts as Ctrl-C does (exit code 130, the sections' own clean-up having run).
+    Then ``finish(summary, cores, seconds the sections took)`` prints the script's closing
+    lines, ``--json PATH`` gets the summary, and the exit code is 0 when every section
+    went well, else 1."""
+    chosen = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(chosen) - set(sections)
+    if unknown:
+        ap.error(f"unknown sections: {sorted(unknown)}")
+    interrupt_on_sigterm()
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(machine_line(f"broker + client processes share {cores} cores"))
+    try:
+        import importlib
+        from importlib.metadata import version
+
+        import confluent_kafka
+
+        for name in libraries:
+            importlib.import_module(name)
+        print(f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
+              + "".join(f"; {name.replace('_', '-')} {version(name)}" for name in libraries))
+    except ImportError as exc:
+        if "throughput" in chosen:
+            print(f"{(exc.name or 'confluent_kafka').replace('_', '-')} is not installed: pip install -e '.[bench]'",
+                  file=sys.stderr)
+            return 2
+    summary: dict[str, Any] = {"args": vars(args)}
+    t0 = time.monotonic()
+    ok = True
+    try:
+        for name, fn in sections.items():
+            if name in chosen:
+                ok = fn(args, summary) and ok
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    finish(summary, cores, time.monotonic() - t0)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
+        print(f"results written to {args.json}")
+    return 0 if ok else 1
 
 
 class BrokerProcess:
@@ -76,6 +143,27 @@ class BrokerProcess:
         self.proc.stdout.close()
         self._log.close()
         return rc
+
+
+def stop_broker(proc: BrokerProcess, name: str = "broker") -> bool:
+    """Stop a broker subprocess (if it was started) and say how it ended: False, with its
+    log's tail printed, when its exit code was not 0; its log's ERROR/Traceback lines, if
+    any, are pointed out either way."""
+    rc = proc.stop()
+    if rc not in (0, None):
+        print(f"  {name} exit code {rc}; log tail: {proc.log_tail()}")
+    bad = [ln for ln in proc.log_tail(200_000).splitlines() if "ERROR" in ln or "Traceback" in ln]
+    if bad:
+        print(f"  {name} log: {len(bad)} ERROR/Traceback line(s), first: {bad[0][:300]}")
+    return rc in (0, None)
+
+
+def remove_work(work: Path, keep: bool) -> None:
+    """Remove a benchmark's work dir, or say where it is kept (``--keep``)."""
+    if keep:
+        print(f"  kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: int = 1) -> None:

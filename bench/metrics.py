@@ -6,7 +6,7 @@ on the produce/fetch path and on heartbeats, metrics on and off measured in the 
 A broker counts (observability/stats.py) only when ``metrics.listener`` is set; with it
 empty ``broker.stats`` is None and no path counts anything. Every comparison below runs
 ON and OFF alternately (which goes first alternates from round to round, so load drift
-hits both alike) and reports each figure, the ON/OFF ratio and the cost in %. Three
+hits both alike) and reports each figure, the ON/OFF ratio and the cost in %. Four
 sections (``--sections``):
 
 ``throughput``  TWO ``odradek broker`` subprocesses on 127.0.0.1, started once for the
@@ -55,18 +55,42 @@ sections (``--sections``):
             ``coordinator.seed_data_dir``, the coordinator timer ticked every 50 ms), on an
             ON and an OFF in-process broker; ``--heartbeats`` per run, ``--inproc-rounds``
             runs of each.
+``heartbeat-wire``  The same heartbeats as an operator's broker serves them: over TCP, through
+            the asyncio transport, the framing and the server's connection loop. TWO ``odradek
+            broker`` subprocesses (MetricsBroker, as in ``throughput``: ON with a /metrics port,
+            OFF with ``metrics.listener=``; ``--control``: both OFF), each on its own data dir
+            seeded by ``coordinator.seed_data_dir`` (the Stable group of ``--members`` members at
+            epoch 1, replayed at start-up; checked through ConsumerGroupDescribe, odradek's
+            AsyncAdmin, before and after the rounds: Stable, every member at epoch 1, group and
+            assignment epoch 1; and by the first heartbeat's answer: error 0, epoch 1, no
+            assignment). The driver is this process, one thread: ``--wire-connections`` raw
+            TCP connections per broker, each with its share of the members (round-robin), each
+            keeping up to ``--wire-inflight`` heartbeats unanswered (pipelined; with fewer
+            members than that on a connection, a member has two heartbeats in flight at times,
+            which the coordinator answers alike); every answer's correlation id and error code
+            are checked. A warm-up of max(2,000, 2 x members)
+            heartbeats per broker, then ``--wire-rounds`` timed rounds per mode of
+            ``--wire-heartbeats`` (at most ``--max-seconds`` each), ON and OFF alternating which
+            goes first. The headline is the broker's CPU time per heartbeat (all its threads'
+            schedstat over the round, so its background work is in it too: the idle broker's
+            CPU meanwhile is shown) and the median of each round's ON/OFF ratio; heartbeats/s
+            is for information (the driver takes most of the other core). The ON broker's
+            odradek_requests_total{request="ConsumerGroupHeartbeat",version="1"} is scraped
+            before, after the warm-up and after the rounds: it must grow by exactly 1 +
+            warm-up, then by the heartbeats of the timed ON rounds.
 
 The brokers' data lives in ``--work-dir`` (/dev/shm when there is one: the virtual disk's
 write path adds noise to the broker's CPU per record). Every loop is bounded in count and
-in time; all traffic stays on 127.0.0.1. About 2 minutes with the defaults on 2 cores.
+in time; all traffic stays on 127.0.0.1. About 1.5 minutes with the defaults on 2 cores
+(heartbeat-wire: about 25 s of it).
 
 Run:  .venv/bin/python bench/metrics.py [--records 1000000] [--rounds 8] [--heartbeats 10000] [--control]
+      .venv/bin/python bench/metrics.py --sections heartbeat,heartbeat-wire [--wire-heartbeats 20000]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import re
@@ -83,8 +107,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import (  # isort: skip - puts src/ on sys.path
     ROOT,
     BrokerProcess,
-    interrupt_on_sigterm,
-    machine_line,
+    remove_work,
+    require_positive,
+    run_sections,
+    stop_broker,
     table,
 )
 import throughput
@@ -190,10 +216,11 @@ def scrape(url: str, pid: int, timeout: float = 10.0) -> dict[str, Any]:
             "samples": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#")), "text": text}
 
 
-def requests_total(text: str, request: str) -> float:
-    """Requests of one API handled so far, all versions (odradek_requests_total)."""
+def requests_total(text: str, request: str, version: int | None = None) -> float:
+    """Requests of one API handled so far (odradek_requests_total): of one version, or of all."""
+    v = r"\d+" if version is None else str(version)
     return sum(float(m.group(1)) for m in re.finditer(
-        rf'^odradek_requests_total{{request="{request}",version="\d+"}} (\S+)$', text, re.MULTILINE))
+        rf'^odradek_requests_total{{request="{request}",version="{v}"}} (\S+)$', text, re.MULTILINE))
 
 
 def counted(text: str, family: str, topic: str) -> float | None:
@@ -222,6 +249,26 @@ def listening_ports(pid: int) -> list[int]:
             if f[3] == "0A" and f[9] in inodes:
                 ports.append(int(f[1].rsplit(":", 1)[1], 16))
     return sorted(ports)
+
+
+def check_ports(brokers: dict[str, MetricsBroker]) -> None:
+    """ON listens on its Kafka and /metrics ports, OFF on its Kafka port only."""
+    for mb in brokers.values():
+        want = sorted(p for p in (mb.proc.port, mb.metrics_port) if p)
+        if listening_ports(mb.proc.pid) != want:
+            raise RuntimeError(f"{mb.mode} broker listens on {listening_ports(mb.proc.pid)}, expected {want}")
+
+
+def stop_brokers(brokers: dict[str, MetricsBroker], work: Path, keep: bool) -> bool:
+    """Stop the started broker subprocesses (False when one exited badly), point out the
+    ERROR/Traceback lines of their logs, and remove their work dir unless `keep`."""
+    ok = True
+    for mode in MODES:
+        mb = brokers.get(mode)
+        if mb is not None and mb.proc.proc is not None:
+            ok = stop_broker(mb.proc, f"{mode} broker") and ok
+    remove_work(work, keep)
+    return ok
 
 
 def section_throughput(args: argparse.Namespace, summary: dict) -> bool:
@@ -259,10 +306,7 @@ def section_throughput(args: argparse.Namespace, summary: dict) -> bool:
             print(f"  ON  broker pid {on.proc.pid} on {on.proc.bootstrap}, metrics OFF (--control)", flush=True)
         off = brokers["OFF"]
         print(f"  OFF broker pid {off.proc.pid} on {off.proc.bootstrap}", flush=True)
-        for mb in (on, off):  # ON: Kafka + /metrics; OFF: Kafka only
-            want = sorted(p for p in (mb.proc.port, mb.metrics_port) if p)
-            if listening_ports(mb.proc.pid) != want:
-                raise RuntimeError(f"{mb.mode} broker listens on {listening_ports(mb.proc.pid)}, expected {want}")
+        check_ports(brokers)
         clocks0 = {m: (tick_tree_cpu_s([b.proc.pid]), precise_tree_cpu_s([b.proc.pid]), len(task_cpu_ns(b.proc.pid)))
                    for m, b in brokers.items()}
         for rnd in range(args.rounds):
@@ -308,21 +352,7 @@ def section_throughput(args: argparse.Namespace, summary: dict) -> bool:
                   f"threads, 10 ms ticks), {precise_tree_cpu_s([pid]) - p0:.3f} s by its live threads' schedstat; "
                   f"threads {n0} -> {len(task_cpu_ns(pid))}", flush=True)
     finally:
-        for mode in MODES:
-            mb = brokers[mode]
-            if mb.proc.proc is None:
-                continue
-            rc = mb.proc.stop()
-            if rc not in (0, None):
-                ok = False
-                print(f"  {mode} broker exit code {rc}; log tail: {mb.proc.log_tail()}")
-            bad = [ln for ln in mb.proc.log_tail(200_000).splitlines() if "ERROR" in ln or "Traceback" in ln]
-            if bad:
-                print(f"  {mode} broker log: {len(bad)} ERROR/Traceback line(s), first: {bad[0][:300]}")
-        if args.keep:
-            print(f"  kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        ok = stop_brokers(brokers, work, args.keep) and ok
 
     res: dict[str, dict] = {}
     for mode in MODES:
@@ -575,7 +605,8 @@ def section_requests(args: argparse.Namespace, summary: dict) -> bool:
                             {"ON": [f"{counted_f:,} of {served_f:,}"], "OFF": ["- (stats None)"]},
                             ("records counted in stats",))
     print(f"  (each Fetch returns {mb_fetch:.2f} MB: {full_batches.get('ON', 0):,} complete batches of {k} records; "
-          f"with metrics on, the fetch handler reads every batch header again to count the records it serves)")
+          f"with metrics on, the records served are counted during the read's own CRC walk, which reads each batch "
+          f"header anyway: no second pass over the batches)")
     print(INPROC_NOTE)
     summary["requests"] = {"produce": produce, "fetch": fetch_r, "records_per_produce": parts * k,
                            "fetch_bytes": fetched_bytes, "counted": {"produce": [counted_p, sent_p],
@@ -652,6 +683,267 @@ def section_heartbeat(args: argparse.Namespace, summary: dict) -> bool:
 
 
 # --------------------------------------------------------------------------
+# Section 4: heartbeats over TCP to broker subprocesses, metrics ON vs OFF
+# --------------------------------------------------------------------------
+
+
+def drive_wire(conns: list[Any], frames: list[list[bytes]], count: int, inflight: int, max_s: float
+               ) -> tuple[int, float, int]:
+    """`count` heartbeats over the raw TCP connections `conns`, pipelined: connection c sends
+    its frames `frames[c]` cyclically (frame j carries correlation id j + 1), its share of
+    `count`, keeping at most `inflight` unanswered. Every answer is read and checked: its
+    correlation id (the broker answers a connection's requests in order) and its error
+    code. Returns (answers, wall s, answers with an error code). A wrong answer, a closed
+    connection or running over `max_s` raises: the connections are then out of step."""
+    import selectors
+
+    from coordinator import ERROR_CODE_AT
+
+    n = len(conns)
+    quota = [count // n + (c < count % n) for c in range(n)]
+    sent, got = [0] * n, [0] * n
+    bufs = [bytearray() for _ in range(n)]
+    at = 4 + ERROR_CODE_AT  # the error code, from the start of the size-prefixed answer
+    errors = 0
+    sel = selectors.DefaultSelector()
+
+    def send(c: int, k: int) -> None:
+        fr, s = frames[c], sent[c]
+        m = len(fr)
+        conns[c].sendall(b"".join([fr[(s + j) % m] for j in range(k)]))
+        sent[c] = s + k
+
+    t0 = time.perf_counter()
+    deadline = t0 + max_s
+    active = 0
+    try:
+        for c in range(n):
+            if quota[c]:
+                send(c, min(inflight, quota[c]))
+                sel.register(conns[c], selectors.EVENT_READ, c)
+                active += 1
+        while active:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise RuntimeError(f"heartbeats over TCP: {sum(got):,} of {count:,} answered in {max_s:g} s")
+            for key, _ in sel.select(left):
+                c = key.data
+                data = conns[c].recv(1 << 16)
+                if not data:
+                    raise RuntimeError(f"connection {c} closed by the broker after {got[c]:,} answers")
+                buf = bufs[c]
+                buf += data
+                pos, size, done, m = 0, len(buf), got[c], len(frames[c])
+                while size - pos >= 4:
+                    end = pos + 4 + int.from_bytes(buf[pos:pos + 4], "big")
+                    if end > size:
+                        break
+                    cid = int.from_bytes(buf[pos + 4:pos + 8], "big")
+                    if cid != done % m + 1:
+                        raise RuntimeError(f"connection {c}: answer {done} has correlation id {cid}, "
+                                           f"expected {done % m + 1}")
+                    if buf[pos + at] or buf[pos + at + 1]:
+                        errors += 1
+                    done += 1
+                    pos = end
+                del buf[:pos]
+                more = min(done - got[c], quota[c] - sent[c])
+                got[c] = done
+                if more:
+                    send(c, more)
+                if done == quota[c]:
+                    sel.unregister(conns[c])
+                    active -= 1
+    finally:
+        sel.close()
+    return sum(got), time.perf_counter() - t0, errors
+
+
+def describe_group(bootstrap: str, group: str) -> Any:
+    """ConsumerGroupDescribe through odradek's AsyncAdmin (a request of its own, not a heartbeat)."""
+    import asyncio
+
+    from odradek.client import AsyncAdmin
+
+    async def go() -> Any:
+        async with AsyncAdmin(bootstrap, request_timeout_ms=10_000) as admin:
+            return (await admin.describe_groups([group]))[group]
+
+    return asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
+    import socket
+    import struct
+
+    from coordinator import (  # bench/coordinator.py: the seeded Stable group and its frames
+        GROUP,
+        HB_VERSION,
+        _recv_exact,
+        heartbeat_frame,
+        member_ids,
+        parse_heartbeat_response,
+        seed_data_dir,
+    )
+
+    n, count, inflight = args.members, args.wire_heartbeats, args.wire_inflight
+    nconn = min(args.wire_connections, n)
+    warm = max(2_000, 2 * n)
+    epoch = 1  # the seeded group's epoch (coordinator.converged_records): every member's, the group's, the target's
+    print(f"\n== heartbeat-wire: two broker subprocesses, metrics ON (metrics.listener=127.0.0.1:<port>) and OFF "
+          f"(metrics.listener=), each on its own data dir seeded with a Stable group of {n:,} member(s) ({n:,} "
+          f"partitions); this process sends partial ConsumerGroupHeartbeat v{HB_VERSION} round-robin over the members "
+          f"on {nconn} raw TCP connection(s) per broker, pipelined ({inflight} in flight per connection at most), "
+          f"every answer's correlation id and error code checked; {count:,} heartbeats per round (at most "
+          f"{args.max_seconds:g} s), {args.wire_rounds} round(s) per mode, ON and OFF alternating which goes first; "
+          f"broker CPU from its threads' schedstat"
+          + ("; CONTROL RUN: the 'ON' broker has metrics OFF too" if args.control else "") + " ==", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-metrics-wire-", dir=args.work_dir))
+    brokers: dict[str, MetricsBroker] = {}
+    socks: dict[str, list[socket.socket]] = {}
+    mids = member_ids(n)
+    shares = [mids[c::nconn] for c in range(nconn)]
+    frames = [[heartbeat_frame(mid, epoch, j + 1) for j, mid in enumerate(share)] for share in shares]
+    runs: list[dict[str, Any]] = []
+    checks: dict[str, Any] = {}
+    ok = True
+    try:
+        t_seed = time.perf_counter()
+        for mode in MODES:
+            # --control: both with metrics off (the A/A run: ON/OFF is the noise floor)
+            mb = brokers[mode] = MetricsBroker(work, mode, mode == "ON" and not args.control, {})
+            seed_data_dir(mb.proc.data_dir, n, n)
+        t_seed = time.perf_counter() - t_seed
+        for mb in brokers.values():
+            mb.proc.start()
+        check_ports(brokers)
+        on = brokers["ON"]
+
+        def hb_counted() -> float | None:  # the ON broker's count of ConsumerGroupHeartbeat v1 requests, /metrics
+            if on.url is None:
+                return None
+            return requests_total(scrape(on.url, on.proc.pid)["text"], "ConsumerGroupHeartbeat", HB_VERSION)
+
+        hb0 = hb_counted()
+        for mode, mb in brokers.items():
+            # the group as the broker loaded it from the seeded data dir
+            g = describe_group(mb.proc.bootstrap, GROUP)
+            epochs = {m.member_id: m.epoch for m in g.members}
+            if g.state != "Stable" or g.epoch != epoch or g.assignment_epoch != epoch or \
+                    epochs != dict.fromkeys(mids, epoch):
+                raise RuntimeError(f"{mode} broker loaded group {GROUP}: {g.state}, epoch {g.epoch}/"
+                                   f"{g.assignment_epoch}, {len(epochs)} members, epochs {set(epochs.values())}")
+            socks[mode] = []
+            for _ in range(nconn):
+                s = socket.create_connection(("127.0.0.1", mb.proc.port), timeout=10)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                socks[mode].append(s)
+            # the first heartbeat's answer, parsed fully: no error, the same epoch, no new assignment
+            s = socks[mode][0]
+            s.sendall(heartbeat_frame(mids[0], epoch, 999_999))
+            (size,) = struct.unpack(">i", _recv_exact(s, 4))
+            cid, body = parse_heartbeat_response(_recv_exact(s, size))
+            if cid != 999_999 or int(body.error_code) or body.member_epoch != epoch or body.assignment is not None:
+                raise RuntimeError(f"{mode} broker: first heartbeat answered {body}")
+            print(f"  {mode:3s} broker pid {mb.proc.pid} on {mb.proc.bootstrap}"
+                  + (f", {mb.url}" if mb.url else "") + f": group {GROUP} loaded {g.state}, {len(g.members):,} "
+                  f"members at epoch {epoch}; first heartbeat: error_code 0, member_epoch {body.member_epoch}, "
+                  f"assignment None", flush=True)
+            # warm-up (untimed): every member heartbeats
+            done, _, errors = drive_wire(socks[mode], frames, warm, inflight, args.max_seconds)
+            if done != warm or errors:
+                raise RuntimeError(f"{mode} broker: warm-up {done:,} of {warm:,} answered, {errors} errors")
+        hb1 = hb_counted()
+        pids = {m: b.proc.pid for m, b in brokers.items()}
+        for rnd in range(args.wire_rounds):
+            for mode in (MODES if rnd % 2 == 0 else MODES[::-1]):
+                other = MODES[1 - MODES.index(mode)]
+                c0 = {m: precise_tree_cpu_s([p]) for m, p in pids.items()}
+                d0 = time.thread_time()
+                done, secs, errors = drive_wire(socks[mode], frames, count, inflight, args.max_seconds)
+                d1 = time.thread_time()
+                c1 = {m: precise_tree_cpu_s([p]) for m, p in pids.items()}
+                r = {"round": rnd + 1, "mode": mode, "heartbeats": done, "seconds": secs, "errors": errors,
+                     "broker_cpu_s": c1[mode] - c0[mode], "idle_broker_cpu_s": c1[other] - c0[other],
+                     "driver_cpu_s": d1 - d0}
+                runs.append(r)
+                print(f"  round {rnd + 1} {mode:3s}: {done:,} heartbeats in {secs:.3f} s ({done / secs:,.0f}/s), "
+                      f"broker CPU {r['broker_cpu_s']:.3f} s = {1e6 * r['broker_cpu_s'] / done:.2f} us/hb, this "
+                      f"driver {1e6 * r['driver_cpu_s'] / done:.2f} us/hb, errors {errors}; the idle {other} broker "
+                      f"meanwhile {1e3 * r['idle_broker_cpu_s'] / secs:.2f} ms CPU per s", flush=True)
+                if done != count or errors:
+                    ok = False
+                if not brokers[mode].proc.alive():
+                    raise RuntimeError(f"{mode} broker exited: {brokers[mode].proc.log_tail()}")
+        hb2 = hb_counted()
+        timed_on = sum(r["heartbeats"] for r in runs if r["mode"] == "ON")
+        if hb0 is None or hb1 is None or hb2 is None:
+            print("  CONTROL RUN: the 'ON' broker has metrics OFF too (nothing to scrape)")
+        else:
+            checks = {"warm_up": [hb1 - hb0, 1 + warm], "timed": [hb2 - hb1, timed_on]}
+            right = hb1 - hb0 == 1 + warm and hb2 - hb1 == timed_on
+            print(f"  ON broker's odradek_requests_total{{request=\"ConsumerGroupHeartbeat\",version=\"{HB_VERSION}\"}} "
+                  f"on /metrics: {hb0:,.0f} at start, +{hb1 - hb0:,.0f} over the first heartbeat and the warm-up (sent "
+                  f"1 + {warm:,}), +{hb2 - hb1:,.0f} over the timed rounds (sent {timed_on:,})"
+                  + ("" if right else "  MISMATCH"), flush=True)
+            ok = ok and right
+        for mode, mb in brokers.items():
+            # nothing changed: the same group, epochs and members after every heartbeat
+            g = describe_group(mb.proc.bootstrap, GROUP)
+            same = g.state == "Stable" and g.epoch == epoch and g.assignment_epoch == epoch and \
+                {m.member_id: m.epoch for m in g.members} == dict.fromkeys(mids, epoch)
+            checks[f"group_after_{mode}"] = same
+            if not same:
+                ok = False
+                print(f"  {mode} broker: group {GROUP} after the rounds: {g.state}, epoch {g.epoch}/"
+                      f"{g.assignment_epoch}, {len(g.members)} members (CHANGED)")
+    finally:
+        for ss in socks.values():
+            for s in ss:
+                s.close()
+        ok = stop_brokers(brokers, work, args.keep) and ok
+
+    res: dict[str, dict[str, Any]] = {}
+    rows = []
+    for mode in MODES:
+        mine = [r for r in runs if r["mode"] == mode and r["heartbeats"]]
+        us = [1e6 * r["broker_cpu_s"] / r["heartbeats"] for r in mine]
+        wall = [1e6 * r["seconds"] / r["heartbeats"] for r in mine]
+        hbs = [r["heartbeats"] / r["seconds"] for r in mine]
+        drv = [1e6 * r["driver_cpu_s"] / r["heartbeats"] for r in mine]
+        total = ratio_of([r["broker_cpu_s"] for r in mine], 1e-6 * sum(r["heartbeats"] for r in mine))
+        res[mode] = {"broker_us": median(us), "broker_us_total": total, "wall_us": median(wall), "hb_s": median(hbs),
+                     "driver_us": median(drv), "errors": sum(r["errors"] for r in mine)}
+        rows.append((mode, fmt(median(us), ".2f"), f"{min(us):.2f}-{max(us):.2f}" if us else "-", fmt(total, ".2f"),
+                     fmt(median(hbs)), f"{min(hbs):,.0f}-{max(hbs):,.0f}" if hbs else "-", fmt(median(wall), ".2f"),
+                     fmt(median(drv), ".2f"), f"{sum(r['heartbeats'] for r in mine):,}", str(res[mode]["errors"])))
+    paired = []
+    for rnd in range(args.wire_rounds):
+        pair = {r["mode"]: r for r in runs if r["round"] == rnd + 1 and r["heartbeats"]}
+        if len(pair) == 2 and pair["OFF"]["broker_cpu_s"]:
+            paired.append((pair["ON"]["broker_cpu_s"] / pair["ON"]["heartbeats"])
+                          / (pair["OFF"]["broker_cpu_s"] / pair["OFF"]["heartbeats"]))
+    idle = [1e3 * r["idle_broker_cpu_s"] / r["seconds"] for r in runs if r["seconds"]]
+    print()
+    table(("metrics", "broker CPU us/hb", "min-max", "total", "heartbeats/s", "min-max", "wall us/hb",
+           "driver CPU us/hb", "heartbeats", "errors"), rows)
+    on_us, off_us = res.get("ON", {}).get("broker_us"), res.get("OFF", {}).get("broker_us")
+    print(f"  heartbeat over TCP: metrics ON adds {fmt(on_us - off_us if on_us and off_us else None, '+.2f')} us of "
+          f"broker CPU per heartbeat (medians: cost {fmt_pct(cost_pct(on_us, off_us))}); ON/OFF in each round "
+          f"{', '.join(f'{x:.3f}' for x in paired)}, median {fmt(median(paired), '.3f')}; heartbeats/s: cost "
+          f"{fmt_pct(cost_pct(res['ON']['hb_s'], res['OFF']['hb_s'], True) if runs else None)}")
+    print(f"  (broker CPU us/hb: all the broker process's threads (schedstat) over a round / its heartbeats, median "
+          f"over the rounds, 'total' over all of them; it includes the broker's background work, which the idle broker "
+          f"shows: {fmt(median(idle), '.2f')} ms of CPU per s (min {fmt(min(idle) if idle else None, '.2f')}, max "
+          f"{fmt(max(idle) if idle else None, '.2f')}); driver: this process's thread sending and checking; seeding "
+          f"the two data dirs took {t_seed:.1f} s)" if runs else "")
+    summary["heartbeat_wire"] = {"modes": res, "paired_ratios": paired, "idle_broker_ms_per_s": idle,
+                                 "counted": checks, "connections": nconn, "inflight": inflight, "warm_up": warm,
+                                 "runs": runs}
+    return ok and len(runs) == 2 * args.wire_rounds
+
+
+# --------------------------------------------------------------------------
 
 
 def print_summary(args: argparse.Namespace, summary: dict, cores: int) -> None:
@@ -688,6 +980,12 @@ def print_summary(args: argparse.Namespace, summary: dict, cores: int) -> None:
         row("heartbeat: CPU us/heartbeat in process", hb["cpu_us"]["OFF"], hb["cpu_us"]["ON"], ".2f",
             hb["paired_ratios"], True)
         row("heartbeat: wall us/heartbeat in process", hb["wall_us"]["OFF"], hb["wall_us"]["ON"], ".2f", None, False)
+    hw = summary.get("heartbeat_wire")
+    if hw:
+        off, on = hw["modes"]["OFF"], hw["modes"]["ON"]
+        row("heartbeat over TCP: broker CPU us/heartbeat (subprocess)", off["broker_us"], on["broker_us"], ".2f",
+            hw["paired_ratios"], True)
+        row("heartbeat over TCP: heartbeats/s (median)", off["hb_s"], on["hb_s"], ",.0f", None, False, True)
     control = " -- CONTROL RUN: both brokers had metrics OFF" if args.control else ""
     print(f"\n== summary: metrics ON vs OFF, same run (target: cost < {TARGET_PCT:g} %){control} ==")
     table(("measure", "OFF", "ON", "ON/OFF", "per round: median (min-max)", "cost", f"< {TARGET_PCT:g} %"), rows)
@@ -695,22 +993,29 @@ def print_summary(args: argparse.Namespace, summary: dict, cores: int) -> None:
         ms = [s["ms"] for s in tp["scrapes"]]
         print(f"  /metrics scrape of the ON broker: median {median(ms):.1f} ms (min {min(ms):.1f}, max {max(ms):.1f}), "
               f"{tp['scrapes'][-1]['bytes']:,} B / {tp['scrapes'][-1]['samples']} samples after the last round")
-    print("  cost: from the median of the per-round ON/OFF ratios where there is one (records/s: from the medians); "
-          "OFF/ON columns: broker CPU us/record totals over the rounds, in process medians over the runs. Rows in "
-          "brackets are for information: records/s depends on who gets the cores")
+    print("  cost: from the median of the per-round ON/OFF ratios where there is one (records/s, heartbeats/s: from "
+          "the medians); OFF/ON columns: broker CPU us/record totals over the rounds, in process and over TCP medians "
+          "over the runs. Rows in brackets are for information: records/s and heartbeats/s depend on who gets the "
+          "cores")
     print(f"  conditions: {cores} cores shared by the two broker subprocesses, the client processes and whatever else "
           f"runs (loadavg at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}); brokers' data in "
           f"{args.work_dir or tempfile.gettempdir()}; {args.size}-byte values, {args.records:,} records per phase, "
           f"{args.rounds} round(s) per mode; in process: {args.produce_requests:,} Produce / {args.fetch_requests:,} "
           f"Fetch requests / {args.heartbeats:,} heartbeats ({args.members:,}-member group) per run, "
-          f"{args.inproc_rounds} run(s) per mode")
+          f"{args.inproc_rounds} run(s) per mode; over TCP: {args.wire_heartbeats:,} heartbeats per round on "
+          f"{min(args.wire_connections, args.members)} connection(s) x {args.wire_inflight} in flight, "
+          f"{args.wire_rounds} round(s) per mode")
+
+
+SECTIONS = {"throughput": section_throughput, "requests": section_requests, "heartbeat": section_heartbeat,
+            "heartbeat-wire": section_heartbeat_wire}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--sections", default="throughput,requests,heartbeat",
-                    help="comma-separated: throughput, requests, heartbeat")
+    ap.add_argument("--sections", default="throughput,requests,heartbeat,heartbeat-wire",
+                    help="comma-separated: throughput, requests, heartbeat, heartbeat-wire")
     ap.add_argument("--records", type=int, default=1_000_000, help="records per produce/consume phase")
     ap.add_argument("--rounds", type=int, default=8, help="throughput runs per mode (ON, OFF), alternating")
     ap.add_argument("--heartbeats", type=int, default=10_000, help="heartbeats per timed run")
@@ -720,6 +1025,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch-requests", type=int, default=100, help="requests: Fetch requests per timed run")
     ap.add_argument("--batch-records", type=int, default=100,
                     help="requests: records per batch (one batch per partition in each Produce)")
+    ap.add_argument("--wire-heartbeats", type=int, default=20_000, help="heartbeat-wire: heartbeats per timed round")
+    ap.add_argument("--wire-rounds", type=int, default=8, help="heartbeat-wire: timed rounds per mode, alternating")
+    ap.add_argument("--wire-connections", type=int, default=4,
+                    help="heartbeat-wire: TCP connections per broker (each with its share of the members)")
+    ap.add_argument("--wire-inflight", type=int, default=32,
+                    help="heartbeat-wire: unanswered heartbeats per connection at most (pipelining)")
     ap.add_argument("--members", type=int, default=100, help="members of the heartbeating group (1 partition each)")
     ap.add_argument("--size", type=int, default=100, help="record value size in bytes")
     ap.add_argument("--partitions", type=int, default=6)
@@ -730,10 +1041,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-X", dest="client_prop", action="append", default=[], metavar="KEY=VALUE",
                     help="librdkafka property for the producers and consumers (e.g. -X batch.num.messages=500)")
     ap.add_argument("--control", action="store_true",
-                    help="A/A control: the 'ON' broker runs with metrics off too (throughput section), so the "
-                         "ON/OFF figures show the noise floor of the comparison")
+                    help="A/A control: the 'ON' broker runs with metrics off too (throughput, heartbeat-wire "
+                         "sections), so the ON/OFF figures show the noise floor of the comparison")
     ap.add_argument("--phase-timeout", type=float, default=60.0, help="seconds; a phase that runs over fails")
-    ap.add_argument("--max-seconds", type=float, default=20.0, help="upper bound of one heartbeat run")
+    ap.add_argument("--max-seconds", type=float, default=20.0, help="upper bound of one heartbeat run or round")
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     ap.add_argument("--work-dir", default=shm,
                     help="where the brokers keep their data (tmpfs: the virtual disk's write path adds noise to the "
@@ -741,54 +1052,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the brokers' work dir (data, logs)")
     ap.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     args = ap.parse_args(argv)
-    for name in ("records", "rounds", "heartbeats", "inproc_rounds", "members", "producers", "consumers", "partitions",
-                 "produce_requests", "fetch_requests", "batch_records"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    require_positive(ap, args, ("records", "rounds", "heartbeats", "inproc_rounds", "members", "producers",
+                                "consumers", "partitions", "produce_requests", "fetch_requests", "batch_records",
+                                "wire_heartbeats", "wire_rounds", "wire_connections", "wire_inflight"))
     if args.members > 10_000:
         ap.error("--members must be <= 10,000 (the broker's partitions-per-topic limit)")
     args.work_dir = args.work_dir or None
     if any("=" not in kv for kv in args.client_prop):
         ap.error("-X takes KEY=VALUE")
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - {"throughput", "requests", "heartbeat"}
-    if unknown:
-        ap.error(f"unknown sections: {sorted(unknown)}")
-    interrupt_on_sigterm()
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(machine_line(f"broker + client processes share {cores} cores"))
-    try:
-        from importlib.metadata import version
+    def finish(summary: dict, cores: int, seconds: float) -> None:
+        print_summary(args, summary, cores)
+        print(f"  total bench time {seconds:.1f} s")
 
-        import confluent_kafka
-        import prometheus_client  # noqa: F401 - the broker's exporter
-
-        print(f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}; "
-              f"prometheus-client {version('prometheus_client')}")
-    except ImportError as exc:
-        if "throughput" in sections:
-            print(f"{exc.name} is not installed: pip install -e '.[bench]'", file=sys.stderr)
-            return 2
-    summary: dict[str, Any] = {"args": vars(args)}
-    t0 = time.monotonic()
-    ok = True
-    try:
-        if "throughput" in sections:
-            ok = section_throughput(args, summary) and ok
-        if "requests" in sections:
-            ok = section_requests(args, summary) and ok
-        if "heartbeat" in sections:
-            ok = section_heartbeat(args, summary) and ok
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    print_summary(args, summary, cores)
-    print(f"  total bench time {time.monotonic() - t0:.1f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
-        print(f"results written to {args.json}")
-    return 0 if ok else 1
+    return run_sections(ap, args, SECTIONS, finish, ("prometheus_client",))  # the broker's exporter
 
 
 if __name__ == "__main__":

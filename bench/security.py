@@ -58,7 +58,6 @@ Run:  .venv/bin/python bench/security.py [--quick] [--records 200000] [--section
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -74,9 +73,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import (  # isort: skip - puts src/ on sys.path
     ROOT,
     BrokerProcess,
-    interrupt_on_sigterm,
     librdkafka_produce_loop,
-    machine_line,
+    remove_work,
+    require_positive,
+    run_sections,
+    stop_broker,
     table,
 )
 from throughput import (
@@ -371,17 +372,8 @@ def section_throughput(args: argparse.Namespace, summary: dict) -> bool:
                 if not sb.proc.alive():
                     raise RuntimeError(f"broker exited (rc={sb.proc.proc.returncode}): {sb.proc.log_tail()}")
     finally:
-        rc = sb.proc.stop()
-        if rc not in (0, None):
-            ok = False
-            print(f"  broker exit code {rc}; log tail: {sb.proc.log_tail()}")
-        log_warnings = [ln for ln in sb.proc.log_tail(200_000).splitlines() if "ERROR" in ln or "Traceback" in ln]
-        if log_warnings:
-            print(f"  broker log: {len(log_warnings)} ERROR/Traceback line(s), first: {log_warnings[0][:300]}")
-        if args.keep:
-            print(f"  kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        ok = stop_broker(sb.proc) and ok
+        remove_work(work, args.keep)
 
     rows = []
     res: dict[str, dict] = {}
@@ -664,44 +656,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.records, args.rounds, args.connects = 20_000, 1, 2
         args.heartbeats, args.hb_rounds = 2_000, 1
-    for name in ("records", "rounds", "heartbeats", "hb_rounds", "producers", "consumers", "partitions"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - {"throughput", "heartbeat"}
-    if unknown:
-        ap.error(f"unknown sections: {sorted(unknown)}")
-    interrupt_on_sigterm()
+    require_positive(ap, args, ("records", "rounds", "heartbeats", "hb_rounds", "producers", "consumers",
+                                "partitions"))
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(machine_line(f"broker + client processes share {cores} cores"))
-    try:
-        import confluent_kafka
+    def finish(summary: dict, cores: int, seconds: float) -> None:
+        print(f"\nconditions: {cores} cores shared by the broker and every client process (and whatever else runs: "
+              f"see the load average above); {args.size}-byte values, {args.records:,} records per phase; "
+              f"{args.heartbeats:,} heartbeats per run; loadavg at the end "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}. Total bench time {seconds:.1f} s")
 
-        print(f"confluent-kafka {confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}")
-    except ImportError:
-        if "throughput" in sections:
-            print("confluent-kafka is not installed: pip install -e '.[bench]'", file=sys.stderr)
-            return 2
-    summary: dict[str, Any] = {"args": vars(args)}
-    t0 = time.monotonic()
-    ok = True
-    try:
-        if "throughput" in sections:
-            ok = section_throughput(args, summary) and ok
-        if "heartbeat" in sections:
-            ok = section_heartbeat(args, summary) and ok
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    print(f"\nconditions: {cores} cores shared by the broker and every client process (and whatever else runs: see "
-          f"the load average above); {args.size}-byte values, {args.records:,} records per phase; "
-          f"{args.heartbeats:,} heartbeats per run; loadavg at the end "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}. Total bench time {time.monotonic() - t0:.1f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
-        print(f"results written to {args.json}")
-    return 0 if ok else 1
+    return run_sections(ap, args, {"throughput": section_throughput, "heartbeat": section_heartbeat}, finish)
 
 
 if __name__ == "__main__":

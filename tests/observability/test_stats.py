@@ -101,9 +101,9 @@ def test_responses_are_walked_only_where_their_schema_keeps_entries():
                                                                     {"index": 1, "error_code": 6}]}],
                "throttle_time_ms": 0}
     planned, walked = defaultdict(int), defaultdict(int)
-    count_errors(planned, 0, produce, entry_lists(0, 9))
-    count_errors(walked, 0, produce)
-    assert planned == walked == {(0, 0): 1, (0, 6): 1}
+    count_errors(planned, produce, entry_lists(0, 9))
+    count_errors(walked, produce)
+    assert planned == walked == {0: 1, 6: 1}
 
 
 def test_log_flushes_are_timed_whether_by_flush_messages_or_by_flush_ms(tmp_path):
@@ -129,4 +129,26 @@ def test_log_flushes_are_timed_whether_by_flush_messages_or_by_flush_ms(tmp_path
     broker.tick(broker.clock() + 60_000)  # flush.ms has passed: the tick flushes it
     assert flushes.count == before + 3
     assert flushes.sum > 0
+    broker.close()
+
+
+def test_histogram_samples_wait_in_a_list_until_read_or_folded():
+    h = Histogram((0.001, 0.01))
+    for v in (0.0005, 0.005, 0.005, 1.0):
+        h.observe(v)
+    assert h.counts == [0, 0, 0]  # not binned yet: observe is a list append
+    h.fold()
+    assert h.counts == [1, 2, 1] and h._pending == []
+    h.observe(0.02)
+    assert h.count == 5 and h.max == 1.0 and abs(h.sum - 1.0305) < 1e-12  # reading folds
+
+
+def test_the_broker_tick_bins_waiting_samples(tmp_path):
+    broker = _broker(tmp_path, "127.0.0.1:0")
+    frame = request_frame(18, 3, {"client_software_name": "t", "client_software_version": "1"})[4:]
+    asyncio.run(broker.handle_frame(frame))
+    latency = broker.stats.requests[(18, 3)].latency
+    assert sum(latency.counts) == 0 and len(latency._pending) == 1
+    broker.tick()
+    assert sum(latency.counts) == 1 and not latency._pending
     broker.close()

@@ -45,7 +45,7 @@ from ..protocol.messages import (
     encode_response,
     parse_request,
 )
-from ..observability.stats import REQUEST_STARTED, BrokerStats
+from ..observability.stats import BrokerStats
 from ..security.acl import OPEN, Access, authorizer_from_properties, bindings_from_store
 from ..security.authentication import ADMITS_API_VERSIONS, ANONYMOUS, Admit
 from .errors import CloseConnection
@@ -365,14 +365,12 @@ class Broker:
         stats = self.stats
         if stats is None:
             return await self._handle_request(request, None)
-        started = stats.clock()
-        REQUEST_STARTED.set(started)
+        request.started = started = stats.clock()
         stats.in_flight += 1
         try:
             return await self._handle_request(request, stats)
         finally:
             stats.in_flight -= 1
-            REQUEST_STARTED.set(None)  # what runs next in this task is not this request's
             stats.request(request.api_key, request.api_version, stats.clock() - started, request.result)
 
     async def _handle_request(self, request: Request, stats) -> bytes | None:
@@ -409,6 +407,8 @@ class Broker:
 
     def tick(self, now_ms: int | None = None) -> None:
         self.logs.tick(self.clock() if now_ms is None else now_ms)
+        if self.stats is not None:
+            self.stats.fold()  # at most a second of histogram samples waits to be binned
 
     def coordinator_tick(self, now_ms: int | None = None) -> int:
         """Run the group coordinator's due timers (session, rebalance, offset expiry)."""

@@ -457,13 +457,27 @@ class CoordinatorRuntime(ShardElections):
             self._write(shard, result.records, now_ms, result.transactional)
         return result.response
 
-    def _run_guarded(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int, answer: Deferred) -> None:
+    def _run_guarded(self, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int, answer: Deferred,
+                     queued_at: float | None = None) -> None:
+        """Run `op`; with metrics on, timed for KIP-848's event queue time (from `queued_at`,
+        when the request behind it started on the stats' clock; None for timers) and event
+        processing time, in one call into the stats as this runs on every heartbeat."""
         stats = self.stats
         try:
             if stats is None:
                 response = self._apply(shard, op, now_ms)
             else:
-                response = self._apply_measured(stats, shard, op, now_ms)
+                written_before = shard.last_written_offset
+                started = stats.clock()
+                try:
+                    response = self._apply(shard, op, now_ms)
+                finally:
+                    stats.event(started, stats.clock(), queued_at)
+                if written_before != shard.last_written_offset <= shard.last_committed_offset:
+                    # KIP-848 "event purgatory time" of a write committed as it was appended (a
+                    # single replica): it spent no time there. Operations that wrote nothing
+                    # never enter it.
+                    stats.event_purgatory_time.observe(0.0)
         except _AppendFailed as exc:
             cause = exc.__cause__ or exc
             self.write_failures += 1
@@ -475,37 +489,26 @@ class CoordinatorRuntime(ShardElections):
             return
         self._defer(shard, functools.partial(answer.complete, response), answer.fail)
 
-    def _apply_measured(self, stats, shard: Shard, op: Callable[[Shard, int], Result], now_ms: int):
-        """`_apply` timed for KIP-848's event queue and processing time sensors (one call
-        into the stats, as this runs on every heartbeat)."""
-        written_before = shard.last_written_offset
-        started = stats.clock()
-        try:
-            response = self._apply(shard, op, now_ms)
-        finally:
-            stats.event(started, stats.clock())
-        if written_before != shard.last_written_offset <= shard.last_committed_offset:
-            # KIP-848 "event purgatory time" of a write committed as it was appended (a single
-            # replica): it spent no time there. Operations that wrote nothing never enter it.
-            stats.event_purgatory_time.observe(0.0)
-        return response
-
     # --- running operations -----------------------------------------------------------------------
 
-    def submit(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int) -> Deferred:
+    def submit(self, group_id: str, op: Callable[[Shard, int], Result], now_ms: int,
+               queued_at: float | None = None) -> Deferred:
         """Run `op` on the group's shard; the handle settles when its records are committed,
         or fails (CoordinatorUnavailable, or the writer's error) and then nothing of it stays."""
-        return self.submit_at(self.partition_for(group_id), op, now_ms, f" of group {group_id}")
+        return self.submit_at(self.partition_for(group_id), op, now_ms, f" of group {group_id}", queued_at)
 
-    def submit_at(self, partition: int, op: Callable[[Shard, int], Result], now_ms: int, what: str = "") -> Deferred:
-        """`submit` to the shard of `partition` (an operation on the partition, not a group)."""
+    def submit_at(self, partition: int, op: Callable[[Shard, int], Result], now_ms: int, what: str = "",
+                  queued_at: float | None = None) -> Deferred:
+        """`submit` to the shard of `partition` (an operation on the partition, not a group).
+        `queued_at`: when the request behind it started (`Request.started`), for the event
+        queue time metric; None for operations no request waits on."""
         answer = Deferred()
         try:
             shard = self.active_shard_at(partition, what)
         except CoordinatorUnavailable as exc:
             answer.fail(exc)
             return answer
-        self._run_guarded(shard, op, now_ms, answer)
+        self._run_guarded(shard, op, now_ms, answer, queued_at)
         return answer
 
     def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int, commit: bool,

@@ -19,18 +19,15 @@ None`) and its hot paths skip every count.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import defaultdict
-from contextvars import ContextVar
+from collections import Counter, defaultdict
+from functools import partial
+from math import fsum
 from dataclasses import fields, is_dataclass
 from time import perf_counter
 from types import NoneType, UnionType
 from typing import get_args, get_origin
 
 from ..protocol.messages import response_class
-
-# When the request being handled by this task (one connection's) started: the coordinator
-# runtime's "event queue time" runs from there to the start of its operation.
-REQUEST_STARTED: ContextVar[float | None] = ContextVar("odradek_request_started", default=None)
 
 # Request latencies, in seconds: from 50 µs (an ApiVersions) to the 30 s of a long poll
 # or a join that waits for its group.
@@ -43,28 +40,56 @@ EVENT_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0
 
 class Histogram:
     """Counts per bucket (not cumulative; the collector accumulates), their sum and the
-    largest value seen (KIP-848's `-max` sensors)."""
+    largest value seen (KIP-848's `-max` sensors).
 
-    __slots__ = ("bounds", "counts", "sum", "max")
+    `observe` is the `append` of a list of samples not yet binned: one C call on the hot
+    path. They are binned in bulk, in C loops (bisect mapped over them, Counter, sum,
+    max), whenever the histogram is read and by `fold`, which the broker calls every
+    second so that at most a second's samples wait (broker.py `tick`)."""
+
+    __slots__ = ("bounds", "counts", "_sum", "_max", "_pending", "observe")
 
     def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
-        self.sum = 0.0
-        self.max = 0.0
+        self._sum = 0.0
+        self._max = 0.0
+        self._pending: list[float] = []
+        self.observe = self._pending.append
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        if value > self.max:
-            self.max = value
+    def fold(self) -> None:
+        """Bin the samples observed since the last fold."""
+        pending = self._pending
+        if not pending:
+            return
+        samples = pending[:]
+        pending.clear()
+        counts = self.counts
+        for i, n in Counter(map(partial(bisect_left, self.bounds), samples)).items():
+            counts[i] += n
+        self._sum += fsum(samples)
+        top = max(samples)
+        if top > self._max:
+            self._max = top
 
     @property
     def count(self) -> int:
+        self.fold()
         return sum(self.counts)
+
+    @property
+    def sum(self) -> float:
+        self.fold()
+        return self._sum
+
+    @property
+    def max(self) -> float:
+        self.fold()
+        return self._max
 
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus buckets: (upper bound as text, observations at or below it)."""
+        self.fold()
         out, total = [], 0
         for bound, n in zip(self.bounds, self.counts):
             total += n
@@ -78,10 +103,11 @@ class RequestStats:
     TotalTimeMs, per request name and version), and where its response keeps entries
     with error codes of their own."""
 
-    __slots__ = ("latency", "entry_lists")
+    __slots__ = ("latency", "errors", "entry_lists")
 
     def __init__(self, api_key: int = -1, version: int = -1) -> None:
         self.latency = Histogram(LATENCY_BUCKETS)
+        self.errors: dict[int, int] = defaultdict(int)  # error code -> answers carrying it
         self.entry_lists = entry_lists(api_key, version)
 
 
@@ -122,9 +148,9 @@ class TopicStats:
 class BrokerStats:
     def __init__(self, clock=perf_counter) -> None:
         self.clock = clock
-        self.requests: dict[tuple[int, int], RequestStats] = {}
+        self.requests: dict[tuple[int, int], RequestStats] = {}  # (api key, version) ->
+        self._requests: dict[int, RequestStats] = {}  # the same, keyed api_key << 8 | version (no tuple per request)
         self.in_flight = 0  # requests being handled now (KIP-848's event-queue-size, see collector.py)
-        self.errors: dict[tuple[int, int], int] = defaultdict(int)  # (api key, error code) -> count
         self.topics: dict[str, TopicStats] = {}
         # Connections (Kafka's socket-server-metrics, per listener).
         self.connections_created: dict[str, int] = defaultdict(int)
@@ -143,18 +169,40 @@ class BrokerStats:
     # --- the request path ---------------------------------------------------------------
 
     def request(self, api_key: int, version: int, seconds: float, result) -> None:
-        # Histogram.observe inlined: this runs once per request, and a steady heartbeat
-        # takes 30 µs in all, so every step here is a visible share of the 5 % allowed.
-        stats = self.requests.get((api_key, version))
+        # No tuple made, one Python call at most: this runs once per request, and a steady
+        # heartbeat takes 30 µs in all, so every step here is a visible share of the 5 %
+        # allowed.
+        stats = self._requests.get(api_key << 8 | version)
         if stats is None:
-            stats = self.requests[(api_key, version)] = RequestStats(api_key, version)
-        h = stats.latency
-        h.counts[bisect_left(h.bounds, seconds)] += 1
-        h.sum += seconds
-        if seconds > h.max:
-            h.max = seconds
+            stats = self._requests[api_key << 8 | version] = self.requests[(api_key, version)] = \
+                RequestStats(api_key, version)
+        stats.latency.observe(seconds)
         if type(result) is dict:
-            count_errors(self.errors, api_key, result, stats.entry_lists)
+            # count_errors, its top level inlined: most answers (heartbeats) have nothing else.
+            code = result.get("error_code")
+            if code is not None:
+                stats.errors[code] += 1
+            lists = stats.entry_lists
+            if lists is None or lists:
+                count_entry_errors(stats.errors, result, lists)
+
+    @property
+    def errors(self) -> dict[tuple[int, int], int]:
+        """(api key, error code) -> answers carrying it, over every version (Kafka's
+        ErrorsPerSec is per request name and error)."""
+        out: dict[tuple[int, int], int] = defaultdict(int)
+        for (api_key, _version), rs in self.requests.items():
+            for code, n in rs.errors.items():
+                out[(api_key, code)] += n
+        return out
+
+    def fold(self) -> None:
+        """Bin every histogram's waiting samples (see Histogram): keeps what waits bounded."""
+        for rs in self._requests.values():
+            rs.latency.fold()
+        self.log_flush.fold()
+        for h in self.coordinator.histograms():
+            h.fold()
 
     def topic(self, name: str) -> TopicStats:
         stats = self.topics.get(name)
@@ -191,45 +239,45 @@ class CoordinatorStats:
         self.batch_flush_time = Histogram(EVENT_BUCKETS)
         self.partition_load_time = Histogram(EVENT_BUCKETS)
 
-    def event(self, started: float, ended: float) -> None:
+    def event(self, started: float, ended: float, queued_at: float | None) -> None:
         """An operation ran from `started` to `ended`: its processing time, and the time
-        since its request started as its queue time (odradek's runtime runs on the event
-        loop, so what an operation waits for is the loop, not a queue of its own; timer-
-        driven operations have no request). Both observes inlined: this runs per heartbeat."""
-        h = self.event_processing_time
-        seconds = ended - started
-        h.counts[bisect_left(h.bounds, seconds)] += 1
-        h.sum += seconds
-        if seconds > h.max:
-            h.max = seconds
-        request_started = REQUEST_STARTED.get()
-        if request_started is not None:
-            h = self.event_queue_time
-            seconds = started - request_started if started > request_started else 0.0
-            h.counts[bisect_left(h.bounds, seconds)] += 1
-            h.sum += seconds
-            if seconds > h.max:
-                h.max = seconds
+        since its request started (`queued_at`) as its queue time (odradek's runtime runs on
+        the event loop, so what an operation waits for is the loop, not a queue of its own;
+        timer-driven operations have no request). One call for both: this runs per
+        heartbeat."""
+        self.event_processing_time.observe(ended - started)
+        if queued_at is not None:
+            self.event_queue_time.observe(started - queued_at if started > queued_at else 0.0)
+
+    def histograms(self) -> list[Histogram]:
+        return [self.event_queue_time, self.event_processing_time, self.event_purgatory_time, self.batch_flush_time,
+                self.partition_load_time]
 
 
 ENTRY_LISTS = ("partitions", "partition_responses", "partition_results", "results")
 
 
-def count_errors(errors: dict, api_key: int, result: dict, lists: tuple[str, ...] | None = None) -> None:
-    """Add every error code in a response body to `errors[(api_key, code)]`: the top
-    level's and each entry's, down to partitions (what Kafka's AbstractResponse.errorCounts
-    counts, NONE included). `lists`: the keys that can hold entries (`entry_lists`), None
-    to look at every value. A plain loop, not a generator: it runs on every request."""
+def count_errors(errors: dict, result: dict, lists: tuple[str, ...] | None = None) -> None:
+    """Add every error code in a response body to `errors[code]`: the top level's and each
+    entry's, down to partitions (what Kafka's AbstractResponse.errorCounts counts, NONE
+    included). `lists`: the keys that can hold entries (`entry_lists`), None to look at
+    every value. Plain loops, not generators: this runs on every request."""
     code = result.get("error_code")
     if code is not None:
-        errors[(api_key, code)] += 1
+        errors[code] += 1
+    if lists is None or lists:
+        count_entry_errors(errors, result, lists)
+
+
+def count_entry_errors(errors: dict, result: dict, lists: tuple[str, ...] | None) -> None:
+    """`count_errors` below the top level: entries and their partitions."""
     for value in (result.values() if lists is None else [result.get(k) for k in lists]):
         if type(value) is not list or not value or type(value[0]) is not dict:
             continue
         for item in value:
             code = item.get("error_code")
             if code is not None:
-                errors[(api_key, code)] += 1
+                errors[code] += 1
             for key in ENTRY_LISTS:
                 parts = item.get(key)
                 if type(parts) is list:
@@ -237,12 +285,12 @@ def count_errors(errors: dict, api_key: int, result: dict, lists: tuple[str, ...
                         if type(p) is dict:
                             code = p.get("error_code")
                             if code is not None:
-                                errors[(api_key, code)] += 1
+                                errors[code] += 1
                     break
 
 
 def error_codes(result: dict) -> dict[int, int]:
     """code -> how many times `count_errors` counts it in `result` (for tests and tools)."""
     counted: dict = defaultdict(int)
-    count_errors(counted, 0, result)
-    return {code: n for (_api, code), n in counted.items()}
+    count_errors(counted, result)
+    return dict(counted)

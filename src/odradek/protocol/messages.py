@@ -61,6 +61,9 @@ class Request:
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
     session: Any = None  # the connection's listener and principal (security/authentication.Session)
     result: Any = None  # the handler's response body, kept for metrics (observability/stats.py)
+    # When handling started, on the metrics clock (None with metrics off): handlers pass it to
+    # the coordinator runtime, whose event queue time runs from here (KIP-848 metrics).
+    started: float | None = None
 
     def field(self, name: str, default: Any = None) -> Any:
         """A request field, or `default` when this version does not carry it."""

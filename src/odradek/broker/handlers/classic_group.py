@@ -27,7 +27,7 @@ from .consumer_group import _ms
 log = logging.getLogger(__name__)
 
 
-def _run_parked(broker, group_id: str, op, on_error) -> asyncio.Future:
+def _run_parked(broker, group_id: str, op, on_error, queued_at: float | None = None) -> asyncio.Future:
     """Run `op(shard, reply, now)` and return the future its reply resolves. If the
     operation fails (the shard is not served here, its write failed) and nothing answered
     the request, `on_error(code)` does."""
@@ -37,7 +37,8 @@ def _run_parked(broker, group_id: str, op, on_error) -> asyncio.Future:
         if not fut.done():
             fut.set_result(response)
 
-    deferred = broker.coordinator.runtime.submit(group_id, lambda shard, now: op(shard, reply, now), broker.clock())
+    deferred = broker.coordinator.runtime.submit(group_id, lambda shard, now: op(shard, reply, now), broker.clock(),
+                                                 queued_at)
     deferred.add_done_callback(lambda d: d.error is None or reply(on_error(error_code_for(d.error))))
     return fut
 
@@ -87,7 +88,7 @@ async def join_group(broker, request):
         log.info("group %s: member %r joins (reason: %s)", req.group_id, req.member_id, req.reason)
     response = await _run_parked(broker, req.group_id,
                                  lambda shard, reply, now: dispatch.join_group(shard, req, reply, now),
-                                 lambda code: error_join(code, req.member_id))
+                                 lambda code: error_join(code, req.member_id), request.started)
     return join_response(request, response)
 
 
@@ -98,7 +99,7 @@ async def sync_group(broker, request):
         return {"throttle_time": 0, **sync_error(GROUP_AUTHORIZATION_FAILED)}
     response = await _run_parked(broker, req.group_id,
                                  lambda shard, reply, now: dispatch.sync_group(shard, req, reply, now),
-                                 sync_error)
+                                 sync_error, request.started)
     return {"throttle_time": 0, **response}
 
 
@@ -109,7 +110,7 @@ def heartbeat_api(broker, request):
         return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
     req = ClassicHeartbeat(b.group_id, b.member_id, b.generation_id, request.field("group_instance_id"))
     deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: dispatch.heartbeat(shard, req, now),
-                                                 broker.clock())
+                                                 broker.clock(), request.started)
     return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code},
                   lambda response: {"throttle_time": 0, **response})
 
@@ -129,7 +130,8 @@ def leave_group(broker, request):
             log.info("group %s: member %r (instance %r) leaves (reason: %s)", b.group_id, ident.member_id,
                      ident.instance_id, ident.reason)
     deferred = broker.coordinator.runtime.submit(
-        b.group_id, lambda shard, now: dispatch.leave_group(shard, b.group_id, identities, now), broker.clock())
+        b.group_id, lambda shard, now: dispatch.leave_group(shard, b.group_id, identities, now), broker.clock(),
+        request.started)
 
     def shape(response: dict) -> dict:
         if v < 3:

@@ -54,7 +54,8 @@ def consumer_group_heartbeat(broker, request):
         can_describe=(lambda t: access.topic(Operation.DESCRIBE, t)) if access.enforced else None,
     )
     deferred = broker.coordinator.runtime.submit(
-        b.group_id, lambda shard, now: dispatch.consumer_group_heartbeat(shard, req, now), broker.clock())
+        b.group_id, lambda shard, now: dispatch.consumer_group_heartbeat(shard, req, now), broker.clock(),
+        request.started)
     return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code, "error_message": None,
                                           "member_id": None, "member_epoch": 0, "heartbeat_interval": 0},
                   lambda response: {"throttle_time": 0, **response})

@@ -81,7 +81,7 @@ def delete_groups(broker, request):
     access = broker.access(request)
     names = list(dict.fromkeys(request.body.groups_names))  # Kafka removes duplicates first
     denied = [gid for gid in names if not access.group(Operation.DELETE, gid)]
-    pending = [(gid, runtime.submit(gid, lambda shard, t, gid=gid: delete_group(shard, gid, t), now))
+    pending = [(gid, runtime.submit(gid, lambda shard, t, gid=gid: delete_group(shard, gid, t), now, request.started))
                for gid in names if gid not in denied]
 
     def build() -> dict:

@@ -71,7 +71,7 @@ def offset_commit(broker, request):
     if not topics and unknown:
         return shape([])  # every topic was refused already (authorization, unknown topics)
     deferred = broker.coordinator.runtime.submit(b.group_id, lambda shard, now: O.commit(shard, req, now),
-                                                 broker.clock())
+                                                 broker.clock(), request.started)
     return answer(deferred, lambda code: shape(every_partition(code)), lambda response: shape(response["topics"]))
 
 
@@ -160,6 +160,6 @@ def offset_delete(broker, request):
         return result
 
     deferred = broker.coordinator.runtime.submit(
-        b.group_id, lambda shard, now: O.delete(shard, b.group_id, topics, now), broker.clock())
+        b.group_id, lambda shard, now: O.delete(shard, b.group_id, topics, now), broker.clock(), request.started)
     return answer(deferred, lambda code: {"throttle_time": 0, "error_code": code, "topics": []},
                   lambda result: with_denied({"throttle_time": 0, **result}))

@@ -85,5 +85,5 @@ def txn_offset_commit(broker, request):
         member_id=request.field("member_id", "") or "", instance_id=request.field("group_instance_id"),
         topics=tuple(topics), version=v)
     deferred = broker.coordinator.runtime.submit(
-        b.group_id, lambda shard, now: T.commit_transactional(shard, req, now), broker.clock())
+        b.group_id, lambda shard, now: T.commit_transactional(shard, req, now), broker.clock(), request.started)
     return answer(deferred, lambda code: shape(every_partition(code)), lambda response: shape(response["topics"]))
