@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.broker.spawn import wait_for_port
+from odradek.broker.spawn import metrics_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ODRADEK = [sys.executable, "-m", "odradek"]
@@ -27,6 +27,7 @@ class BrokerProcess:
         self.extra = extra or []
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.metrics_port: int | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
     @property
@@ -42,9 +43,11 @@ class BrokerProcess:
             stderr=log,
             cwd=ROOT,
         )
-        port = wait_for_port(self.proc, timeout)
+        said = bytearray()
+        port = wait_for_port(self.proc, timeout, said)
         if port is not None:
             self.port = port
+            self.metrics_port = metrics_port(bytes(said))  # metrics.listener=HOST:0 picks one
             return self
         raise RuntimeError(f"broker did not start; log:\n{self.log_path.read_text()[-3000:]}")
 

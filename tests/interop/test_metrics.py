@@ -53,13 +53,14 @@ def observed(tmp_path_factory):
     from tests.conftest import BrokerProcess
 
     d = tmp_path_factory.mktemp("metrics")
-    sasl_port, metrics_port = free_port(), free_port()
+    sasl_port = free_port()
     props = [f"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
              "sasl.enabled.mechanisms=PLAIN", f"plain.sasl.jaas.config={JAAS}",
-             f"metrics.listener=127.0.0.1:{metrics_port}",
+             "metrics.listener=127.0.0.1:0",  # the broker says which port it took
              "group.consumer.heartbeat.interval.ms=500", "group.consumer.min.heartbeat.interval.ms=100"]
     b = BrokerProcess(d / "data", [a for p in props for a in ("-o", p)]).start()
-    yield b, sasl_port, f"http://127.0.0.1:{metrics_port}/metrics"
+    assert b.metrics_port is not None
+    yield b, sasl_port, f"http://127.0.0.1:{b.metrics_port}/metrics"
     if b.alive():
         assert b.stop() == 0
 

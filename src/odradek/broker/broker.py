@@ -116,6 +116,9 @@ class Broker:
         # What /metrics reports (observability/); None when metrics.listener is empty, and
         # then nothing is counted on any path.
         self.stats: BrokerStats | None = BrokerStats() if config.metrics_listener else None
+        # Requests being handled now (KIP-848 event-queue-size): the server counts its
+        # connections' when asked (server.py); a broker driven without one has none.
+        self.requests_in_flight: Callable[[], int] = lambda: 0
         from .coordinator import GroupCoordinator
         from .replica_manager import ReplicaManager
         from .txn_coordinator import TxnCoordinator
@@ -366,11 +369,9 @@ class Broker:
         if stats is None:
             return await self._handle_request(request, None)
         request.started = started = stats.clock()
-        stats.in_flight += 1
         try:
             return await self._handle_request(request, stats)
         finally:
-            stats.in_flight -= 1
             stats.request(request.api_key, request.api_version, stats.clock() - started, request.result)
 
     async def _handle_request(self, request: Request, stats) -> bytes | None:
@@ -407,8 +408,6 @@ class Broker:
 
     def tick(self, now_ms: int | None = None) -> None:
         self.logs.tick(self.clock() if now_ms is None else now_ms)
-        if self.stats is not None:
-            self.stats.fold()  # at most a second of histogram samples waits to be binned
 
     def coordinator_tick(self, now_ms: int | None = None) -> int:
         """Run the group coordinator's due timers (session, rebalance, offset expiry)."""

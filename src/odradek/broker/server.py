@@ -276,10 +276,17 @@ class BrokerServer:
         self._scratch = memoryview(bytearray(READ_SIZE))
         self.metrics = None  # observability/exporter.MetricsServer, when metrics.listener is set
         self.console = None  # observability/console.Console, when console.enable
+        broker.requests_in_flight = self.requests_in_flight
 
     @property
     def connections(self) -> set[asyncio.Task]:
         return {c.task for c in self._conns if c.task is not None}
+
+    def requests_in_flight(self) -> int:
+        """Requests being handled now, one per connection at most (the connection state's
+        own flag, set from next_frame to frame_done): read when /metrics is scraped rather
+        than counted on every request."""
+        return sum(1 for c in self._conns if c.state is not None and c.state.in_flight)
 
     def _accepted(self, listener) -> _Connection:
         conn = _Connection(self, listener)

@@ -15,11 +15,21 @@ import subprocess
 import time
 
 LISTENING = re.compile(rb"listening on [\d.]+:(\d+)")
+# Printed before the "listening on" line when metrics.listener is set (server.py _start_http).
+METRICS = re.compile(rb"odradek metrics on http://[^:/]+:(\d+)/metrics")
 
 
-def wait_for_port(proc: subprocess.Popen, timeout: float) -> int | None:
+def metrics_port(said: bytes) -> int | None:
+    """The /metrics port in what a broker printed before it listened (`wait_for_port`'s
+    `said`), e.g. when it was started with metrics.listener=HOST:0."""
+    m = METRICS.search(said)
+    return int(m.group(1)) if m else None
+
+
+def wait_for_port(proc: subprocess.Popen, timeout: float, said: bytearray | None = None) -> int | None:
     """The port `proc` (started with stdout=PIPE) announces, or None if it exits, closes its
-    stdout or says nothing within `timeout` seconds."""
+    stdout or says nothing within `timeout` seconds. `said` receives what it printed up to
+    then (the /metrics line comes first: `metrics_port`)."""
     fd = proc.stdout.fileno()
     buf = b""
     deadline = time.monotonic() + timeout
@@ -32,6 +42,8 @@ def wait_for_port(proc: subprocess.Popen, timeout: float) -> int | None:
             buf += chunk
             m = LISTENING.search(buf)
             if m:
+                if said is not None:
+                    said += buf
                 return int(m.group(1))
         elif proc.poll() is not None:
             return None

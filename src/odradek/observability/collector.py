@@ -127,7 +127,7 @@ class BrokerCollector(Collector):
         yield g
         yield GaugeMetricFamily(CG + "event_queue_size",
                                 "Requests being handled now (KIP-848 event-queue-size; see module doc)",
-                                value=stats.in_flight)
+                                value=self.broker.requests_in_flight())
         yield CounterMetricFamily(CG + "consumer_group_rebalances",
                                   "Consumer group epoch bumps written (KIP-848 consumer-group-rebalance-count)",
                                   value=c.consumer_rebalances)

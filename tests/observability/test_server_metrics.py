@@ -1,6 +1,6 @@
-"""Failed TLS handshakes count as failed authentications (Kafka's failed-authentication-total
-counts SSL handshake failures): a real BrokerServer with an SSL listener on loopback, a
-client that is not TLS, one without the certificate the listener requires, and one good one."""
+"""Metrics only a real BrokerServer on loopback can show: failed TLS handshakes counted as
+failed authentications (Kafka's failed-authentication-total counts SSL handshake failures),
+and the requests being handled now (KIP-848 event-queue-size), read off the connections."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from odradek.broker.broker import Broker
 from odradek.broker.server import BrokerServer
 from odradek.config import BrokerConfig, apply_properties
 from odradek.security.certs import CertificateAuthority
+from tests.wire import request_frame
 
 
 def _pki(d):
@@ -70,3 +71,37 @@ def test_failed_tls_handshakes_are_failed_authentications(tmp_path):
     failed, succeeded = asyncio.run(main())
     assert failed == {("SSL", "SSL"): 2}
     assert succeeded == {("SSL", "SSL"): 1}
+
+
+def test_requests_in_flight_are_read_off_the_connections(tmp_path):
+    # A Fetch that waits (max_wait 1.5 s, nothing to read) is a request being handled until
+    # it is answered; KIP-848's event-queue-size reports such requests.
+    cfg = BrokerConfig(data_dir=tmp_path / "data", listen_port=0, metrics_listener="127.0.0.1:0")
+
+    async def main():
+        server = BrokerServer(Broker(cfg))
+        await server.start()
+        broker = server.broker
+        broker.create_topic("t", 1, {})
+        try:
+            idle = broker.requests_in_flight()
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(request_frame(1, 12, {
+                "replica_id": -1, "max_wait": 1500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                          "fetch_offset": 0, "log_start_offset": -1,
+                                                          "partition_max_bytes": 1 << 20}]}]}))
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            waiting = broker.requests_in_flight()
+            size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 5), "big")
+            await reader.readexactly(size)
+            await asyncio.sleep(0.05)
+            answered = broker.requests_in_flight()
+            writer.close()
+            return idle, waiting, answered
+        finally:
+            await server.stop()
+
+    assert asyncio.run(main()) == (0, 1, 0)
