@@ -830,6 +830,10 @@ def test_auto_commit_commits_only_returned_records(start_broker, topic_name):
 # ------------------------------------------------------------ 8. regex subscription
 
 
+# 21 s: two regex refreshes, at most one per 10 s (Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS).
+# -m slow; the broker's side runs by default with librdkafka (tests/interop/test_consumer_groups.py),
+# the client's regex heartbeat fields in tests/client/test_membership.py.
+@pytest.mark.slow
 def test_regex_subscription_assigns_topics_created_later(start_broker, topic_name):
     b = start_broker()
     group = f"g-{topic_name}"

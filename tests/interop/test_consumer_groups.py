@@ -355,6 +355,9 @@ N_MEMBERS = 10
 N_PARTITIONS = 12
 
 
+# 15 s: -m slow; groups growing and shrinking one member at a time run by default elsewhere
+# (the bounce tests of test_classic_groups.py, test_metrics' 1 -> 2 -> 1 group, the simulator).
+@pytest.mark.slow
 def test_ten_consumers_join_and_leave_one_by_one(gbroker, topic_name):
     """At every step, once the group is stable, the partitions are balanced and the broker's
     view equals the callbacks'; no partition is ever held by two consumers at once; every

@@ -513,7 +513,9 @@ def assert_killed_transaction_aborted(run: Run, stalled: dict, counts: dict) -> 
 # --------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+# 17 s each: the consumer protocol runs by default, the classic one with -m slow (a classic
+# group's send_offsets_to_transaction runs by default in test_transactions_python_clients).
+@pytest.mark.parametrize("protocol", ["consumer", pytest.param("classic", marks=pytest.mark.slow)])
 def test_exactly_once_across_a_killed_worker_a_replacement_and_a_new_member(tbroker, tmp_path, protocol):
     run = Run(tbroker.bootstrap, tmp_path, protocol, uuid.uuid4().hex[:8])
     try:

@@ -39,6 +39,9 @@ def summary(stdout: str) -> dict[str, str]:
     return out
 
 
+# 28 s (a Spark session and 30 s of clicks squeezed): -m slow, with `make test-all`. The
+# connector's source and sink run by default in tests/spark.
+@pytest.mark.slow
 @needs_java
 def test_demo_against_a_broker(broker_factory, tmp_path):
     from odradek.client import Admin, Consumer, TopicPartition

@@ -181,8 +181,11 @@ class _Runtime:
         self._runtime = runtime
         self.last = None
 
-    def submit(self, group_id, op, now_ms):
-        self.last = self._runtime.submit(group_id, op, now_ms)
+    def submit(self, group_id, op, now_ms, queued_at=None):
+        # queued_at (the metrics' request start) only comes from group handlers; the
+        # transaction runtime takes none.
+        args = (group_id, op, now_ms) if queued_at is None else (group_id, op, now_ms, queued_at)
+        self.last = self._runtime.submit(*args)
         return self.last
 
     def __getattr__(self, name: str):
