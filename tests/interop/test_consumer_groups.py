@@ -778,6 +778,10 @@ def test_literal_topics_are_assigned_before_the_regex_matches(gbroker, topic_nam
         m.close()
 
 
+# 10.5 s (a regex refresh waits out Kafka's 10 s minimum): -m slow; a regex consumer picking up
+# new topics runs by default above (test_regex_subscription_picks_up_new_matching_topics), and
+# the batching of back-to-back creations into one refresh in tests/coordinator.
+@pytest.mark.slow
 def test_regex_consumers_see_topics_created_back_to_back_in_one_assignment(gbroker, topic_name):
     """librdkafka 0113 n_wildcard under group.protocol=consumer: two consumers subscribe to a
     regex that matches nothing; two matching topics are created one after the other; the

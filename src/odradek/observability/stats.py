@@ -40,8 +40,10 @@ class Histogram:
     """Counts per bucket (not cumulative; the collector accumulates), their sum and the
     largest value seen (KIP-848's `-max` sensors). The hot paths (BrokerStats.request,
     CoordinatorStats.event) inline `observe`: a method call is a visible share of a
-    heartbeat. (Appending samples to a list and binning them in bulk later was tried: the
-    bulk binning costs as much per sample as binning at once, 157 ns, so it saved nothing.)"""
+    heartbeat. (Binning later in bulk was tried twice: a list binned by bisect in C loops
+    costs 157 ns a sample, as much as binning at once; an array of doubles binned by numpy
+    every 50 ms measured no cheaper per heartbeat within the bench's noise, for a new
+    dependency.)"""
 
     __slots__ = ("bounds", "counts", "sum", "max")
 

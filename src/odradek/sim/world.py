@@ -293,7 +293,8 @@ class World:
         return self.coordinator.up and C.classic_group(self) is not None
 
     def topic_name(self, topic_id) -> str:
-        return self.id_names.get(topic_id, str(topic_id))
+        name = self.id_names.get(topic_id)  # not .get(id, str(id)): that formats the UUID every time
+        return name if name is not None else str(topic_id)
 
     def partition_counts(self, names) -> dict[str, int]:
         topics = self.coordinator.metadata.topics
