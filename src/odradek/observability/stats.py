@@ -230,7 +230,6 @@ class CoordinatorStats:
                 h.max = seconds
 
 
-
 ENTRY_LISTS = ("partitions", "partition_responses", "partition_results", "results")
 
 
