@@ -15,8 +15,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# The native record scanner is compiled by the install: rebuild when its source changes.
-NATIVE_SRC := src/odradek/records/_scan.c
+# The native record scanner and metrics histogram are compiled by the install: rebuild when
+# their sources change.
+NATIVE_SRC := src/odradek/records/_scan.c src/odradek/observability/_hist.c
 
 $(STAMP_RUN): pyproject.toml $(NATIVE_SRC) | $(PY)
 	$(PIP) install --quiet -e .

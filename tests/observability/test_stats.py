@@ -129,3 +129,32 @@ def test_log_flushes_are_timed_whether_by_flush_messages_or_by_flush_ms(tmp_path
     assert flushes.count == before + 3
     assert flushes.sum > 0
     broker.close()
+
+
+def test_the_native_histogram_bins_as_its_python_twin():
+    import math
+    import random
+
+    import pytest
+
+    from odradek.observability import _hist
+    from odradek.observability.stats import EVENT_BUCKETS, PyHistogram
+
+    assert issubclass(Histogram, _hist.Histogram)  # the package build compiled it
+    rng = random.Random(7)
+    values = [0.0, 1e-9, 30.0, 1e6] + list(EVENT_BUCKETS) + [rng.lognormvariate(-9, 3) for _ in range(5000)]
+    native, twin = Histogram(EVENT_BUCKETS), PyHistogram(EVENT_BUCKETS)
+    for v in values:
+        native.observe(v)
+        twin.observe(v)
+    assert native.counts == twin.counts and native.count == len(values)
+    assert native.cumulative() == twin.cumulative()
+    assert math.isclose(native.sum, twin.sum, rel_tol=1e-12) and native.max == twin.max == 1e6
+    for h in (native, twin):
+        with pytest.raises(ValueError):
+            h.observe(float("nan"))
+    with pytest.raises(ValueError):
+        Histogram((0.1, 0.01))  # bounds must ascend
+    with pytest.raises(TypeError):
+        native.observe("1")
+    assert native.count == len(values)  # refusals count nothing

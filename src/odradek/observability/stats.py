@@ -2,7 +2,7 @@
 
 Theory of operation: the request path, the produce and fetch handlers, the connection
 driver, the replica manager and the coordinator runtime add to a `BrokerStats` as they
-work (one dict lookup and an integer add or a bucket bisect each); nothing is formatted,
+work (one dict lookup and an integer add or a native histogram sample each); nothing is formatted,
 locked or allocated per event. The Prometheus side (collector.py) turns these into
 metric families when /metrics is scraped, together with what is read off the broker's
 state at that moment (group counts, under-replicated partitions, lag). Keeping the hot
@@ -36,28 +36,10 @@ EVENT_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0
                  0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class Histogram:
-    """Counts per bucket (not cumulative; the collector accumulates), their sum and the
-    largest value seen (KIP-848's `-max` sensors). The hot paths (BrokerStats.request,
-    CoordinatorStats.event) inline `observe`: a method call is a visible share of a
-    heartbeat. (Binning later in bulk was tried twice: a list binned by bisect in C loops
-    costs 157 ns a sample, as much as binning at once; an array of doubles binned by numpy
-    every 50 ms measured no cheaper per heartbeat within the bench's noise, for a new
-    dependency.)"""
+class _Reads:
+    """What both histograms answer when read (scrape time, tests)."""
 
-    __slots__ = ("bounds", "counts", "sum", "max")
-
-    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
-        self.sum = 0.0
-        self.max = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        if value > self.max:
-            self.max = value
+    __slots__ = ()
 
     @property
     def count(self) -> int:
@@ -66,11 +48,57 @@ class Histogram:
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus buckets: (upper bound as text, observations at or below it)."""
         out, total = [], 0
-        for bound, n in zip(self.bounds, self.counts):
+        counts = self.counts
+        for bound, n in zip(self.bounds, counts):
             total += n
             out.append((repr(float(bound)), total))
-        out.append(("+Inf", total + self.counts[-1]))
+        out.append(("+Inf", total + counts[-1]))
         return out
+
+
+class PyHistogram(_Reads):
+    """Counts per bucket (not cumulative; the collector accumulates), their sum and the
+    largest value seen (KIP-848's `-max` sensors). The pure-Python twin of the native
+    `Histogram` (_hist.c), which the tests hold it to; used when the extension is missing."""
+
+    __slots__ = ("bounds", "counts", "sum", "max")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
+        self.sum = 0.0
+        self.max = 0.0
+
+    def observe(self, value: float) -> None:
+        if value != value:
+            raise ValueError("NaN observed")
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        if value > self.max:
+            self.max = value
+
+
+try:
+    from ._hist import Histogram as _NativeHistogram
+except ImportError:  # pragma: no cover - the package build compiles it
+    _NativeHistogram = None
+
+if _NativeHistogram is not None:
+
+    class Histogram(_Reads, _NativeHistogram):
+        """PyHistogram's behaviour with `observe` in C (_hist.c): a sample costs one method
+        call, where binning it in CPython cost about 140 ns, a visible share of a 30 µs
+        heartbeat that carries three. (Binning later in bulk was tried twice and dropped: a
+        list binned by bisect in C loops cost 157 ns a sample; an array binned by numpy was
+        no cheaper within the bench's noise. BENCHMARKS.md "Metrics".)"""
+
+        __slots__ = ()
+
+        def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+            super().__init__(bounds)
+
+else:  # pragma: no cover
+    Histogram = PyHistogram  # type: ignore[misc,assignment]
 
 
 class RequestStats:
@@ -143,18 +171,14 @@ class BrokerStats:
     # --- the request path ---------------------------------------------------------------
 
     def request(self, api_key: int, version: int, seconds: float, result) -> None:
-        # Histogram.observe inlined, no tuple made, one Python call at most: this runs once
-        # per request, and a steady heartbeat takes 30 µs in all, so every step here is a
-        # visible share of the 5 % allowed.
+        # No tuple made, one Python call at most: this runs once per request, and a steady
+        # heartbeat takes 30 µs in all, so every step here is a visible share of the 5 %
+        # allowed.
         stats = self._requests.get(api_key << 8 | version)
         if stats is None:
             stats = self._requests[api_key << 8 | version] = self.requests[(api_key, version)] = \
                 RequestStats(api_key, version)
-        h = stats.latency
-        h.counts[bisect_left(h.bounds, seconds)] += 1
-        h.sum += seconds
-        if seconds > h.max:
-            h.max = seconds
+        stats.latency.observe(seconds)
         if type(result) is dict:
             # count_errors, its top level inlined: most answers (heartbeats) have nothing else.
             code = result.get("error_code")
@@ -215,19 +239,9 @@ class CoordinatorStats:
         the event loop, so what an operation waits for is the loop, not a queue of its own;
         timer-driven operations have no request). One call for both: this runs per
         heartbeat."""
-        h = self.event_processing_time
-        seconds = ended - started
-        h.counts[bisect_left(h.bounds, seconds)] += 1
-        h.sum += seconds
-        if seconds > h.max:
-            h.max = seconds
+        self.event_processing_time.observe(ended - started)
         if queued_at is not None:
-            h = self.event_queue_time
-            seconds = started - queued_at if started > queued_at else 0.0
-            h.counts[bisect_left(h.bounds, seconds)] += 1
-            h.sum += seconds
-            if seconds > h.max:
-                h.max = seconds
+            self.event_queue_time.observe(started - queued_at if started > queued_at else 0.0)
 
 
 ENTRY_LISTS = ("partitions", "partition_responses", "partition_results", "results")
