@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.cluster.etcd_process import free_port
 from tests.polling import wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -25,12 +25,6 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 TIMEOUT = 30
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

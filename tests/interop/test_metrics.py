@@ -6,7 +6,6 @@ histograms must hold the requests that were made."""
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.request
 
@@ -15,6 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from odradek.cluster.etcd_process import free_port
 from tests.polling import wait_until
 from tests.wire import RawClient
 
@@ -22,12 +22,6 @@ TIMEOUT = 30
 RECORDS = 120
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Scrape:

@@ -21,7 +21,7 @@ from typing import Any, Self
 
 from .admin import AsyncAdmin
 from .consumer import AsyncConsumer, RebalanceListener
-from .producer import AsyncProducer, RecordMetadata
+from .producer import AsyncProducer, RecordMetadata, _bytes
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -109,7 +109,7 @@ class Producer:
             with self._qlock:
                 waiting = [(k, v) for _t, v, k, *_rest in self._queue]
             m["msg_cnt"] += len(waiting)
-            m["msg_size"] += sum(len(_bytes(k)) + len(_bytes(v)) for k, v in waiting)
+            m["msg_size"] += sum(len(_bytes(k) or b"") + len(_bytes(v) or b"") for k, v in waiting)
             return m
         return run(take())
 
@@ -329,13 +329,6 @@ class Consumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _bytes(v) -> bytes:
-    """What the producer will send for a key or value (str is UTF-8), b"" for None."""
-    if v is None:
-        return b""
-    return v.encode() if isinstance(v, str) else bytes(v)
 
 
 def _settle(fut: asyncio.Future, exc: BaseException | None) -> None:

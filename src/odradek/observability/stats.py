@@ -151,8 +151,7 @@ class TopicStats:
 class BrokerStats:
     def __init__(self, clock=perf_counter) -> None:
         self.clock = clock
-        self.requests: dict[tuple[int, int], RequestStats] = {}  # (api key, version) ->
-        self._requests: dict[int, RequestStats] = {}  # the same, keyed api_key << 8 | version (no tuple per request)
+        self._requests: dict[int, RequestStats] = {}  # api_key << 8 | version -> (no tuple per request)
         self.topics: dict[str, TopicStats] = {}
         # Connections (Kafka's socket-server-metrics, per listener).
         self.connections_created: dict[str, int] = defaultdict(int)
@@ -176,8 +175,7 @@ class BrokerStats:
         # allowed.
         stats = self._requests.get(api_key << 8 | version)
         if stats is None:
-            stats = self._requests[api_key << 8 | version] = self.requests[(api_key, version)] = \
-                RequestStats(api_key, version)
+            stats = self._requests[api_key << 8 | version] = RequestStats(api_key, version)
         stats.latency.observe(seconds)
         if type(result) is dict:
             # count_errors, its top level inlined: most answers (heartbeats) have nothing else.
@@ -187,6 +185,11 @@ class BrokerStats:
             lists = stats.entry_lists
             if lists is None or lists:
                 count_entry_errors(stats.errors, result, lists)
+
+    @property
+    def requests(self) -> dict[tuple[int, int], RequestStats]:
+        """(api key, version) -> its RequestStats (scrape time, tests)."""
+        return {(key >> 8, key & 0xFF): rs for key, rs in self._requests.items()}
 
     @property
     def errors(self) -> dict[tuple[int, int], int]:
