@@ -71,7 +71,10 @@ sections (``--sections``):
             are checked. A warm-up of max(2,000, 2 x members)
             heartbeats per broker, then ``--wire-rounds`` timed rounds per mode of
             ``--wire-heartbeats`` (at most ``--max-seconds`` each), ON and OFF alternating which
-            goes first. The headline is the broker's CPU time per heartbeat (all its threads'
+            goes first; all of it on ``--wire-pairs`` pairs of freshly started brokers, one pair
+            after the other. Several pairs because a broker process keeps its own offset for
+            life (its hash seed and memory layout): ON/OFF medians of single pairs were seen
+            from -4 % to +7 % for the same code, while an A/A pair stays within 1-2 %. The headline is the broker's CPU time per heartbeat (all its threads'
             schedstat over the round, so its background work is in it too: the idle broker's
             CPU meanwhile is shown) and the median of each round's ON/OFF ratio; heartbeats/s
             is for information (the driver takes most of the other core). The ON broker's
@@ -82,7 +85,7 @@ sections (``--sections``):
 The brokers' data lives in ``--work-dir`` (/dev/shm when there is one: the virtual disk's
 write path adds noise to the broker's CPU per record). Every loop is bounded in count and
 in time; all traffic stays on 127.0.0.1. About 1.5 minutes with the defaults on 2 cores
-(heartbeat-wire: about 25 s of it).
+(heartbeat-wire: about 70 s of it).
 
 Run:  .venv/bin/python bench/metrics.py [--records 1000000] [--rounds 8] [--heartbeats 10000] [--control]
       .venv/bin/python bench/metrics.py --sections heartbeat,heartbeat-wire [--wire-heartbeats 20000]
@@ -772,7 +775,11 @@ def describe_group(bootstrap: str, group: str) -> Any:
     return asyncio.run(asyncio.wait_for(go(), 30))
 
 
-def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
+def wire_pair(args: argparse.Namespace, pair: int) -> tuple[list[dict[str, Any]], dict[str, Any], bool, float]:
+    """One pair of freshly started broker subprocesses (ON, OFF) through the heartbeat-wire
+    rounds: (runs, checks, ok, seconds spent seeding). A fresh pair per repetition because a
+    process's own layout (hash seed, addresses) moves its CPU per heartbeat by a few per cent
+    for its whole life: with one pair that offset is read as the cost of metrics."""
     import socket
     import struct
 
@@ -790,14 +797,6 @@ def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
     nconn = min(args.wire_connections, n)
     warm = max(2_000, 2 * n)
     epoch = 1  # the seeded group's epoch (coordinator.converged_records): every member's, the group's, the target's
-    print(f"\n== heartbeat-wire: two broker subprocesses, metrics ON (metrics.listener=127.0.0.1:<port>) and OFF "
-          f"(metrics.listener=), each on its own data dir seeded with a Stable group of {n:,} member(s) ({n:,} "
-          f"partitions); this process sends partial ConsumerGroupHeartbeat v{HB_VERSION} round-robin over the members "
-          f"on {nconn} raw TCP connection(s) per broker, pipelined ({inflight} in flight per connection at most), "
-          f"every answer's correlation id and error code checked; {count:,} heartbeats per round (at most "
-          f"{args.max_seconds:g} s), {args.wire_rounds} round(s) per mode, ON and OFF alternating which goes first; "
-          f"broker CPU from its threads' schedstat"
-          + ("; CONTROL RUN: the 'ON' broker has metrics OFF too" if args.control else "") + " ==", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-metrics-wire-", dir=args.work_dir))
     brokers: dict[str, MetricsBroker] = {}
     socks: dict[str, list[socket.socket]] = {}
@@ -863,11 +862,11 @@ def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
                 done, secs, errors = drive_wire(socks[mode], frames, count, inflight, args.max_seconds)
                 d1 = time.thread_time()
                 c1 = {m: precise_tree_cpu_s([p]) for m, p in pids.items()}
-                r = {"round": rnd + 1, "mode": mode, "heartbeats": done, "seconds": secs, "errors": errors,
+                r = {"pair": pair + 1, "round": rnd + 1, "mode": mode, "heartbeats": done, "seconds": secs, "errors": errors,
                      "broker_cpu_s": c1[mode] - c0[mode], "idle_broker_cpu_s": c1[other] - c0[other],
                      "driver_cpu_s": d1 - d0}
                 runs.append(r)
-                print(f"  round {rnd + 1} {mode:3s}: {done:,} heartbeats in {secs:.3f} s ({done / secs:,.0f}/s), "
+                print(f"  pair {pair + 1} round {rnd + 1} {mode:3s}: {done:,} heartbeats in {secs:.3f} s ({done / secs:,.0f}/s), "
                       f"broker CPU {r['broker_cpu_s']:.3f} s = {1e6 * r['broker_cpu_s'] / done:.2f} us/hb, this "
                       f"driver {1e6 * r['driver_cpu_s'] / done:.2f} us/hb, errors {errors}; the idle {other} broker "
                       f"meanwhile {1e3 * r['idle_broker_cpu_s'] / secs:.2f} ms CPU per s", flush=True)
@@ -903,6 +902,35 @@ def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
                 s.close()
         ok = stop_brokers(brokers, work, args.keep) and ok
 
+    return runs, checks, ok, t_seed
+
+
+def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
+    from coordinator import HB_VERSION
+
+    n, count, inflight = args.members, args.wire_heartbeats, args.wire_inflight
+    nconn = min(args.wire_connections, n)
+    warm = max(2_000, 2 * n)
+    print(f"\n== heartbeat-wire: two broker subprocesses, metrics ON (metrics.listener=127.0.0.1:<port>) and OFF "
+          f"(metrics.listener=), each on its own data dir seeded with a Stable group of {n:,} member(s) ({n:,} "
+          f"partitions); this process sends partial ConsumerGroupHeartbeat v{HB_VERSION} round-robin over the members "
+          f"on {nconn} raw TCP connection(s) per broker, pipelined ({inflight} in flight per connection at most), "
+          f"every answer's correlation id and error code checked; {count:,} heartbeats per round (at most "
+          f"{args.max_seconds:g} s), {args.wire_rounds} round(s) per mode, ON and OFF alternating which goes first, on each of "
+          f"{args.wire_pairs} pair(s) of freshly started brokers; broker CPU from its threads' schedstat"
+          + ("; CONTROL RUN: the 'ON' broker has metrics OFF too" if args.control else "") + " ==", flush=True)
+    runs: list[dict[str, Any]] = []
+    checks: dict[str, Any] = {}
+    ok = True
+    t_seed = 0.0
+    for pair in range(args.wire_pairs):
+        pair_runs, pair_checks, pair_ok, seeded = wire_pair(args, pair)
+        runs += pair_runs
+        checks[f"pair_{pair + 1}"] = pair_checks
+        ok = ok and pair_ok
+        t_seed += seeded
+        if not pair_ok:
+            break
     res: dict[str, dict[str, Any]] = {}
     rows = []
     for mode in MODES:
@@ -917,12 +945,16 @@ def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
         rows.append((mode, fmt(median(us), ".2f"), f"{min(us):.2f}-{max(us):.2f}" if us else "-", fmt(total, ".2f"),
                      fmt(median(hbs)), f"{min(hbs):,.0f}-{max(hbs):,.0f}" if hbs else "-", fmt(median(wall), ".2f"),
                      fmt(median(drv), ".2f"), f"{sum(r['heartbeats'] for r in mine):,}", str(res[mode]["errors"])))
-    paired = []
-    for rnd in range(args.wire_rounds):
-        pair = {r["mode"]: r for r in runs if r["round"] == rnd + 1 and r["heartbeats"]}
-        if len(pair) == 2 and pair["OFF"]["broker_cpu_s"]:
-            paired.append((pair["ON"]["broker_cpu_s"] / pair["ON"]["heartbeats"])
-                          / (pair["OFF"]["broker_cpu_s"] / pair["OFF"]["heartbeats"]))
+    paired: list[float] = []
+    by_pair: dict[int, list[float]] = {}
+    for p in range(args.wire_pairs):
+        for rnd in range(args.wire_rounds):
+            two = {r["mode"]: r for r in runs if r["pair"] == p + 1 and r["round"] == rnd + 1 and r["heartbeats"]}
+            if len(two) == 2 and two["OFF"]["broker_cpu_s"]:
+                x = ((two["ON"]["broker_cpu_s"] / two["ON"]["heartbeats"])
+                     / (two["OFF"]["broker_cpu_s"] / two["OFF"]["heartbeats"]))
+                paired.append(x)
+                by_pair.setdefault(p + 1, []).append(x)
     idle = [1e3 * r["idle_broker_cpu_s"] / r["seconds"] for r in runs if r["seconds"]]
     print()
     table(("metrics", "broker CPU us/hb", "min-max", "total", "heartbeats/s", "min-max", "wall us/hb",
@@ -932,15 +964,18 @@ def section_heartbeat_wire(args: argparse.Namespace, summary: dict) -> bool:
           f"broker CPU per heartbeat (medians: cost {fmt_pct(cost_pct(on_us, off_us))}); ON/OFF in each round "
           f"{', '.join(f'{x:.3f}' for x in paired)}, median {fmt(median(paired), '.3f')}; heartbeats/s: cost "
           f"{fmt_pct(cost_pct(res['ON']['hb_s'], res['OFF']['hb_s'], True) if runs else None)}")
+    print("  per pair of broker processes, median ON/OFF: " + ", ".join(
+        f"pair {p} {median(xs):.3f} ({fmt_pct(cost_pct(median(xs), 1.0))})" for p, xs in by_pair.items()))
     print(f"  (broker CPU us/hb: all the broker process's threads (schedstat) over a round / its heartbeats, median "
           f"over the rounds, 'total' over all of them; it includes the broker's background work, which the idle broker "
           f"shows: {fmt(median(idle), '.2f')} ms of CPU per s (min {fmt(min(idle) if idle else None, '.2f')}, max "
           f"{fmt(max(idle) if idle else None, '.2f')}); driver: this process's thread sending and checking; seeding "
           f"the two data dirs took {t_seed:.1f} s)" if runs else "")
-    summary["heartbeat_wire"] = {"modes": res, "paired_ratios": paired, "idle_broker_ms_per_s": idle,
+    summary["heartbeat_wire"] = {"modes": res, "paired_ratios": paired, "pair_ratios": by_pair,
+                                 "idle_broker_ms_per_s": idle,
                                  "counted": checks, "connections": nconn, "inflight": inflight, "warm_up": warm,
                                  "runs": runs}
-    return ok and len(runs) == 2 * args.wire_rounds
+    return ok and len(runs) == 2 * args.wire_rounds * args.wire_pairs
 
 
 # --------------------------------------------------------------------------
@@ -1004,7 +1039,7 @@ def print_summary(args: argparse.Namespace, summary: dict, cores: int) -> None:
           f"Fetch requests / {args.heartbeats:,} heartbeats ({args.members:,}-member group) per run, "
           f"{args.inproc_rounds} run(s) per mode; over TCP: {args.wire_heartbeats:,} heartbeats per round on "
           f"{min(args.wire_connections, args.members)} connection(s) x {args.wire_inflight} in flight, "
-          f"{args.wire_rounds} round(s) per mode")
+          f"{args.wire_rounds} round(s) per mode on each of {args.wire_pairs} pair(s) of broker processes")
 
 
 SECTIONS = {"throughput": section_throughput, "requests": section_requests, "heartbeat": section_heartbeat,
@@ -1025,8 +1060,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch-requests", type=int, default=100, help="requests: Fetch requests per timed run")
     ap.add_argument("--batch-records", type=int, default=100,
                     help="requests: records per batch (one batch per partition in each Produce)")
-    ap.add_argument("--wire-heartbeats", type=int, default=20_000, help="heartbeat-wire: heartbeats per timed round")
-    ap.add_argument("--wire-rounds", type=int, default=8, help="heartbeat-wire: timed rounds per mode, alternating")
+    ap.add_argument("--wire-heartbeats", type=int, default=10_000, help="heartbeat-wire: heartbeats per timed round")
+    ap.add_argument("--wire-rounds", type=int, default=10,
+                    help="heartbeat-wire: timed rounds per mode and pair of brokers, alternating")
+    ap.add_argument("--wire-pairs", type=int, default=4,
+                    help="heartbeat-wire: pairs of broker processes (ON, OFF) started one after the other, each "
+                         "through --wire-rounds rounds (a process's own layout moves its CPU per heartbeat)")
     ap.add_argument("--wire-connections", type=int, default=4,
                     help="heartbeat-wire: TCP connections per broker (each with its share of the members)")
     ap.add_argument("--wire-inflight", type=int, default=32,
@@ -1054,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     require_positive(ap, args, ("records", "rounds", "heartbeats", "inproc_rounds", "members", "producers",
                                 "consumers", "partitions", "produce_requests", "fetch_requests", "batch_records",
-                                "wire_heartbeats", "wire_rounds", "wire_connections", "wire_inflight"))
+                                "wire_heartbeats", "wire_rounds", "wire_pairs", "wire_connections", "wire_inflight"))
     if args.members > 10_000:
         ap.error("--members must be <= 10,000 (the broker's partitions-per-topic limit)")
     args.work_dir = args.work_dir or None

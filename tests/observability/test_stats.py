@@ -158,3 +158,88 @@ def test_the_native_histogram_bins_as_its_python_twin():
     with pytest.raises(TypeError):
         native.observe("1")
     assert native.count == len(values)  # refusals count nothing
+
+
+def test_the_native_request_meter_counts_as_its_python_twin():
+    """The per-request accounting in C (_hist.RequestMeter) against PyRequestMeter: the same
+    buckets, sums and error codes for a mix of API versions and response shapes, codes
+    outside the meter's in-place range included; refusals count nothing."""
+    import math
+    import random
+
+    import pytest
+
+    from odradek.observability import _hist
+    from odradek.observability.stats import (
+        LATENCY_BUCKETS,
+        PyRequestMeter,
+        RequestMeter,
+        entry_codes,
+        entry_lists,
+    )
+
+    assert RequestMeter is _hist.RequestMeter  # the package build compiled it
+    rng = random.Random(11)
+    produce = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0},
+                                                                    {"index": 1, "error_code": 6}]}],
+               "throttle_time_ms": 0}
+    answers = [
+        (68, 1, {"error_code": ErrorCode.fenced_member_epoch, "member_id": "m"}),  # top level only
+        (68, 0, {"error_code": 0, "assignment": None}),
+        (0, 9, produce),  # entries and their partitions
+        (0, 9, {"responses": [], "error_code": None}),
+        (18, 3, {"error_code": 35}),
+        (18, 3, {"error_code": 300}),  # outside the in-place range: kept by value
+        (18, 3, {"error_code": -1}),
+        (999 % 256, 0, {"error_code": 1, "x": [{"error_code": 2}]}),  # unknown to kio: every value walked
+        (3, 12, None),  # no body (an answer-less request): latency only
+        (3, 12, b"raw"),
+    ]
+    native = RequestMeter(LATENCY_BUCKETS, entry_lists, entry_codes)
+    twin = PyRequestMeter(LATENCY_BUCKETS, entry_lists, entry_codes)
+    for _ in range(2000):
+        api_key, version, result = rng.choice(answers)
+        seconds = rng.lognormvariate(-9, 3)
+        native.record(api_key, version, seconds, result)
+        twin.record(api_key, version, seconds, result)
+    ns, ts = native.slots(), twin.slots()
+    assert [s[:3] for s in ns] == [s[:3] for s in ts] and len(ns) == 6
+    for n, t in zip(ns, ts):
+        assert math.isclose(n[3], t[3], rel_tol=1e-12) and n[4] == t[4]
+        assert n[5] == t[5]
+    by_key = {(a, v): errors for a, v, _c, _s, _m, errors in ns}
+    assert set(by_key[(0, 9)]) == {0, 6} and by_key[(18, 3)].keys() == {35, 300, -1}
+    assert by_key[(3, 12)] == {}
+    before = native.slots()
+    for meter in (native, twin):
+        with pytest.raises(ValueError):
+            meter.record(68, 1, float("nan"), {})
+        with pytest.raises(ValueError):
+            meter.record(256, 0, 0.001, {})
+        with pytest.raises(ValueError):
+            meter.record(68, 64, 0.001, {})
+    with pytest.raises(TypeError):
+        native.record(68, 1, "1", {})
+    assert native.slots() == before
+
+
+def test_the_native_event_timer_times_as_its_python_twin():
+    import pytest
+
+    from odradek.observability.stats import EVENT_BUCKETS, EventTimer, PyEventTimer, PyHistogram
+
+    native = EventTimer(Histogram(EVENT_BUCKETS), Histogram(EVENT_BUCKETS))
+    twin = PyEventTimer(PyHistogram(EVENT_BUCKETS), PyHistogram(EVENT_BUCKETS))
+    for started, ended, queued_at in ((1.0, 1.00002, 0.9999), (2.0, 2.5, None), (3.0, 3.001, 3.5)):
+        native.record(started, ended, queued_at)
+        twin.record(started, ended, queued_at)
+    for a, b in ((native.processing, twin.processing), (native.queue, twin.queue)):
+        assert a.counts == b.counts and a.max == b.max
+    assert native.processing.count == 3
+    assert native.queue.count == 2  # a timer's operation (queued_at None) has no queue time
+    assert native.queue.max == 1.0 - 0.9999  # the clock going backwards (3.0 < 3.5) counts 0
+    for timer in (native, twin):
+        with pytest.raises(ValueError):
+            timer.record(1.0, float("nan"), None)
+    with pytest.raises(TypeError):
+        EventTimer(PyHistogram(), PyHistogram())  # the native timer writes native histograms only

@@ -2,8 +2,9 @@
 
 Theory of operation: the request path, the produce and fetch handlers, the connection
 driver, the replica manager and the coordinator runtime add to a `BrokerStats` as they
-work (one dict lookup and an integer add or a native histogram sample each); nothing is formatted,
-locked or allocated per event. The Prometheus side (collector.py) turns these into
+work (an integer add, or one call into the native half in _hist.c: a histogram sample, a
+request's latency and error code, a coordinator operation's two times); nothing is
+formatted, locked or allocated per event. The Prometheus side (collector.py) turns these into
 metric families when /metrics is scraped, together with what is read off the broker's
 state at that moment (group counts, under-replicated partitions, lag). Keeping the hot
 path free of prometheus-client's per-child locks is what keeps the cost of metrics
@@ -78,10 +79,63 @@ class PyHistogram(_Reads):
             self.max = value
 
 
+class PyEventTimer:
+    """The coordinator runtime's timing of one operation into two histograms: the twin of
+    the native `EventTimer` (_hist.c)."""
+
+    __slots__ = ("processing", "queue")
+
+    def __init__(self, processing, queue) -> None:
+        self.processing, self.queue = processing, queue
+
+    def record(self, started: float, ended: float, queued_at: float | None) -> None:
+        if started != started or ended != ended or (queued_at is not None and queued_at != queued_at):
+            raise ValueError("NaN observed")
+        self.processing.observe(ended - started)
+        if queued_at is not None:
+            self.queue.observe(started - queued_at if started > queued_at else 0.0)
+
+
+class PyRequestMeter:
+    """Latency buckets and error codes per API key and version: the twin of the native
+    `RequestMeter` (_hist.c), which the tests hold it to. `planner(api_key, version)` says
+    where a version's responses keep entries (`entry_lists`); `walker(result, lists)` counts
+    the codes found there (`entry_codes`)."""
+
+    def __init__(self, bounds: tuple[float, ...], planner, walker) -> None:
+        self.bounds = tuple(bounds)
+        self._planner, self._walker = planner, walker
+        self._slots: dict[tuple[int, int], tuple[PyHistogram, dict, object]] = {}
+
+    def record(self, api_key: int, version: int, seconds: float, result) -> None:
+        if not (0 <= api_key < 256 and 0 <= version < 64):
+            raise ValueError(f"API key {api_key} version {version} out of range")
+        slot = self._slots.get((api_key, version))
+        if slot is None:
+            slot = self._slots[(api_key, version)] = (PyHistogram(self.bounds), defaultdict(int),
+                                                      self._planner(api_key, version))
+        latency, errors, lists = slot
+        latency.observe(seconds)
+        if type(result) is dict:
+            code = result.get("error_code")
+            if code is not None:
+                errors[code] += 1
+            if lists is None or lists:
+                for code, n in self._walker(result, lists).items():
+                    if code is not None:
+                        errors[code] += n
+
+    def slots(self) -> list[tuple[int, int, list[int], float, float, dict]]:
+        return [(a, v, list(h.counts), h.sum, h.max, {c: n for c, n in e.items() if n})
+                for (a, v), (h, e, _) in sorted(self._slots.items())]
+
+
 try:
+    from ._hist import EventTimer as _NativeEventTimer
     from ._hist import Histogram as _NativeHistogram
+    from ._hist import RequestMeter as _NativeRequestMeter
 except ImportError:  # pragma: no cover - the package build compiles it
-    _NativeHistogram = None
+    _NativeHistogram = _NativeEventTimer = _NativeRequestMeter = None
 
 if _NativeHistogram is not None:
 
@@ -97,22 +151,25 @@ if _NativeHistogram is not None:
         def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
             super().__init__(bounds)
 
+    EventTimer = _NativeEventTimer
+    RequestMeter = _NativeRequestMeter
+
 else:  # pragma: no cover
     Histogram = PyHistogram  # type: ignore[misc,assignment]
+    EventTimer = PyEventTimer  # type: ignore[misc,assignment]
+    RequestMeter = PyRequestMeter  # type: ignore[misc,assignment]
 
 
 class RequestStats:
-    """One API version's requests: how many, how long (Kafka's RequestsPerSec and
-    TotalTimeMs, per request name and version), and where its response keeps entries
-    with error codes of their own."""
+    """One API version's requests as read off the meter: how many, how long (Kafka's
+    RequestsPerSec and TotalTimeMs, per request name and version) and the error codes
+    answered (code -> answers carrying it)."""
 
-    __slots__ = ("latency", "errors", "entry_lists")
+    __slots__ = ("latency", "errors")
 
-    def __init__(self, api_key: int = -1, version: int = -1) -> None:
-        self.latency = Histogram(LATENCY_BUCKETS)
-        self.errors: dict[int, int] = defaultdict(int)  # error code -> answers carrying it
-        self.entry_lists = entry_lists(api_key, version)
-
+    def __init__(self, latency: PyHistogram, errors: dict[int, int]) -> None:
+        self.latency = latency
+        self.errors = errors
 
 def entry_lists(api_key: int, version: int) -> tuple[str, ...] | None:
     """The top-level fields of the API version's response schema (kio's) that hold lists
@@ -151,7 +208,11 @@ class TopicStats:
 class BrokerStats:
     def __init__(self, clock=perf_counter) -> None:
         self.clock = clock
-        self._requests: dict[int, RequestStats] = {}  # api_key << 8 | version -> (no tuple per request)
+        # Per API key and version: latency buckets and error codes (Kafka's RequestsPerSec,
+        # TotalTimeMs, ErrorsPerSec). `request(api_key, version, seconds, result)` is the
+        # meter's own method, in C: no Python frame per request (_hist.c says why).
+        self.meter = RequestMeter(LATENCY_BUCKETS, entry_lists, entry_codes)
+        self.request = self.meter.record
         self.topics: dict[str, TopicStats] = {}
         # Connections (Kafka's socket-server-metrics, per listener).
         self.connections_created: dict[str, int] = defaultdict(int)
@@ -169,35 +230,23 @@ class BrokerStats:
 
     # --- the request path ---------------------------------------------------------------
 
-    def request(self, api_key: int, version: int, seconds: float, result) -> None:
-        # No tuple made, one Python call at most: this runs once per request, and a steady
-        # heartbeat takes 30 µs in all, so every step here is a visible share of the 5 %
-        # allowed.
-        stats = self._requests.get(api_key << 8 | version)
-        if stats is None:
-            stats = self._requests[api_key << 8 | version] = RequestStats(api_key, version)
-        stats.latency.observe(seconds)
-        if type(result) is dict:
-            # count_errors, its top level inlined: most answers (heartbeats) have nothing else.
-            code = result.get("error_code")
-            if code is not None:
-                stats.errors[code] += 1
-            lists = stats.entry_lists
-            if lists is None or lists:
-                count_entry_errors(stats.errors, result, lists)
-
     @property
     def requests(self) -> dict[tuple[int, int], RequestStats]:
         """(api key, version) -> its RequestStats (scrape time, tests)."""
-        return {(key >> 8, key & 0xFF): rs for key, rs in self._requests.items()}
+        out = {}
+        for api_key, version, counts, total, largest, errors in self.meter.slots():
+            latency = PyHistogram(self.meter.bounds)
+            latency.counts, latency.sum, latency.max = counts, total, largest
+            out[(api_key, version)] = RequestStats(latency, errors)
+        return out
 
     @property
     def errors(self) -> dict[tuple[int, int], int]:
         """(api key, error code) -> answers carrying it, over every version (Kafka's
         ErrorsPerSec is per request name and error)."""
         out: dict[tuple[int, int], int] = defaultdict(int)
-        for (api_key, _version), rs in self.requests.items():
-            for code, n in rs.errors.items():
+        for api_key, _version, _counts, _sum, _max, errors in self.meter.slots():
+            for code, n in errors.items():
                 out[(api_key, code)] += n
         return out
 
@@ -235,16 +284,12 @@ class CoordinatorStats:
         self.event_purgatory_time = Histogram(EVENT_BUCKETS)
         self.batch_flush_time = Histogram(EVENT_BUCKETS)
         self.partition_load_time = Histogram(EVENT_BUCKETS)
-
-    def event(self, started: float, ended: float, queued_at: float | None) -> None:
-        """An operation ran from `started` to `ended`: its processing time, and the time
-        since its request started (`queued_at`) as its queue time (odradek's runtime runs on
-        the event loop, so what an operation waits for is the loop, not a queue of its own;
-        timer-driven operations have no request). One call for both: this runs per
-        heartbeat."""
-        self.event_processing_time.observe(ended - started)
-        if queued_at is not None:
-            self.event_queue_time.observe(started - queued_at if started > queued_at else 0.0)
+        # event(started, ended, queued_at): an operation ran from `started` to `ended`: its
+        # processing time, and the time since its request started (`queued_at`) as its queue
+        # time (odradek's runtime runs on the event loop, so what an operation waits for is
+        # the loop, not a queue of its own; timer-driven operations have no request, None).
+        # One native call for both: this runs per heartbeat.
+        self.event = EventTimer(self.event_processing_time, self.event_queue_time).record
 
 
 ENTRY_LISTS = ("partitions", "partition_responses", "partition_results", "results")
@@ -280,6 +325,14 @@ def count_entry_errors(errors: dict, result: dict, lists: tuple[str, ...] | None
                             if code is not None:
                                 errors[code] += 1
                     break
+
+
+def entry_codes(result: dict, lists: tuple[str, ...] | None) -> dict[int, int]:
+    """code -> how many times it appears in `result`'s entries (not its top level): the
+    meter's walker, called only for API versions whose responses keep entries."""
+    counted: dict = defaultdict(int)
+    count_entry_errors(counted, result, lists)
+    return counted
 
 
 def error_codes(result: dict) -> dict[int, int]:
