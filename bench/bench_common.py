@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = "127.0.0.1"
 sys.path.insert(0, str(ROOT / "src"))
 
-from odradek.broker.spawn import terminate, wait_for_port  # noqa: E402 - after the path above
+from odradek.broker.spawn import metrics_port, terminate, wait_for_port  # noqa: E402 - after the path above
 
 
 def interrupt_on_sigterm() -> None:
@@ -103,6 +103,7 @@ class BrokerProcess:
         self.data_dir, self.extra, self.log_path, self.cli_args = data_dir, extra, log_path, cli_args
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.metrics_port: int | None = None  # with metrics.listener=HOST:0, the port it took
 
     @property
     def bootstrap(self) -> str:
@@ -121,8 +122,10 @@ class BrokerProcess:
             stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")},
         )
-        self.port = wait_for_port(self.proc, timeout)
+        said = bytearray()
+        self.port = wait_for_port(self.proc, timeout, said)
         if self.port is not None:
+            self.metrics_port = metrics_port(bytes(said))
             return self
         self.stop()
         raise RuntimeError(f"broker did not start; log tail: {self.log_tail()}")

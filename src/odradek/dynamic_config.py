@@ -165,6 +165,7 @@ STATIC_KAFKA_KEYS = (STATIC_KEYS - {"log.cleaner.backoff.ms"}) | frozenset({
     "group.coordinator.threads", "group.consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms",
     "group.consumer.max.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
     "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
+    "group.consumer.reconciling.heartbeat.interval.ms",
     "group.consumer.max.size", "group.consumer.assignors", "group.consumer.migration.policy",
     "compression.type.producer", "create.topic.policy.class.name", "alter.config.policy.class.name",
 })

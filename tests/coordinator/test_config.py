@@ -20,7 +20,10 @@ def test_defaults_match_kafka():
     assert c.session_timeout_ms == 45_000
     assert (c.min_session_timeout_ms, c.max_session_timeout_ms) == (45_000, 60_000)
     assert c.heartbeat_interval_ms == 5_000
-    assert (c.min_heartbeat_interval_ms, c.max_heartbeat_interval_ms) == (5_000, 15_000)
+    # Kafka's min is 5 s; odradek's is 250 ms, the floor of its reconciling interval
+    # (consumer/interval.py, README "Heartbeat interval while reconciling").
+    assert (c.min_heartbeat_interval_ms, c.max_heartbeat_interval_ms) == (250, 15_000)
+    assert c.reconciling_heartbeat_interval_ms == 250
     assert c.offsets_topic_partitions == 50
     assert c.assignors == ("uniform", "range")  # the first is the default assignor
     assert c.offsets_retention_ms == 7 * 24 * 60 * 60 * 1000
@@ -37,7 +40,8 @@ def test_default_properties_use_kafka_keys_and_values():
     assert p["group.consumer.min.session.timeout.ms"] == "45000"
     assert p["group.consumer.max.session.timeout.ms"] == "60000"
     assert p["group.consumer.heartbeat.interval.ms"] == "5000"
-    assert p["group.consumer.min.heartbeat.interval.ms"] == "5000"
+    assert p["group.consumer.min.heartbeat.interval.ms"] == "250"  # Kafka: 5000 (see above)
+    assert p["group.consumer.reconciling.heartbeat.interval.ms"] == "250"  # odradek's own key
     assert p["group.consumer.max.heartbeat.interval.ms"] == "15000"
     assert p["group.consumer.assignors"] == "uniform,range"
     assert p["offsets.retention.minutes"] == "10080"
@@ -100,7 +104,10 @@ def test_unknown_or_missing_assignors_are_rejected(value):
     {"group.consumer.session.timeout.ms": "44999"},                       # below min
     {"group.consumer.session.timeout.ms": "60001"},                       # above max
     {"group.consumer.max.session.timeout.ms": "40000"},                   # max below the default session
-    {"group.consumer.heartbeat.interval.ms": "4999"},                     # below min
+    {"group.consumer.heartbeat.interval.ms": "249"},                      # below min (odradek's 250)
+    {"group.consumer.min.heartbeat.interval.ms": "5000",
+     "group.consumer.heartbeat.interval.ms": "4999"},                     # below Kafka's min
+    {"group.consumer.reconciling.heartbeat.interval.ms": "-1"},
     {"group.consumer.heartbeat.interval.ms": "15001"},                    # above max
     {"group.consumer.min.heartbeat.interval.ms": "6000"},                 # default heartbeat now below min
     {"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms": "5000"},  # hb == session
@@ -185,7 +192,7 @@ def test_validate_group_config_rejects_python_only_integer_syntax():
 
 @pytest.mark.parametrize("values", [
     {SESSION: "44999"}, {SESSION: "60001"}, {SESSION: "-1"},
-    {HEARTBEAT: "4999"}, {HEARTBEAT: "15001"}, {HEARTBEAT: "0"},
+    {HEARTBEAT: "249"}, {HEARTBEAT: "15001"}, {HEARTBEAT: "0"},
 ])
 def test_validate_group_config_rejects_out_of_range(values):
     with pytest.raises(GroupConfigError, match="between"):
@@ -198,6 +205,10 @@ def test_validate_group_config_bounds_follow_the_broker_config():
     assert c.validate_group_config({SESSION: "6000", HEARTBEAT: "5500"}) == {SESSION: 6_000, HEARTBEAT: 5_500}
     with pytest.raises(GroupConfigError):
         c.validate_group_config({SESSION: "5999"})
+    # Kafka's own min (5 s) restores Kafka's bounds on a group's heartbeat interval.
+    kafka = CoordinatorConfig.from_properties({"group.consumer.min.heartbeat.interval.ms": "5000"})
+    with pytest.raises(GroupConfigError, match="between"):
+        kafka.validate_group_config({HEARTBEAT: "4999"})
 
 
 @pytest.mark.parametrize("values", [

@@ -47,6 +47,7 @@ def test_summary_numbers():
         "rebalances_per_member_event_median": 1.5, "rebalances_per_member_event_p95": 1.95,
         "revocations_mean": 1.0, "commits_accepted": 12, "commits_rejected": 1,
         "txn_committed": 0, "txn_aborted": 0,
+        "adaptive_heartbeat": True,  # SeedResult's default, the broker's
     })
     assert eager["seeds"] == 2 and eager["seeds_with_violations"] == 2
     assert eager["violation_kinds"] == {"double-owner": 1, "lost-commit": 2}

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--protocol", choices=PROTOCOLS, help="group protocol (default: the seed picks one)")
     r.add_argument("--trace", action="store_true", help="print every traced event, not only a failure's last ones")
+    r.add_argument("--no-adaptive-heartbeat", dest="adaptive_heartbeat", action="store_false",
+                   help="every member heartbeats at the regular interval, as in Kafka (replays a sweep's 'off' row)")
     r.set_defaults(func=_run)
 
     s = actions.add_parser(
@@ -53,6 +55,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        help="run in local processes, one per CPU, without Spark")
     s.add_argument("--out", type=Path, default=Path("sim-out"), metavar="DIR", help="output directory "
                                                                                     "(default ./sim-out)")
+    s.add_argument("--adaptive-heartbeat", choices=("on", "off", "both"), default="both",
+                   help="odradek's short heartbeat interval for reconciling members: on (the broker's default), "
+                        "off (Kafka's behaviour), or both: every seed runs twice and the summary compares "
+                        "convergence (default both)")
     s.set_defaults(func=_sweep)
 
 
@@ -61,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
     from odradek.sim.report import replay_command
 
     try:
-        r = sim_run.run_seed(args.seed, args.protocol, trace=args.trace)
+        r = sim_run.run_seed(args.seed, args.protocol, trace=args.trace, adaptive_heartbeat=args.adaptive_heartbeat)
     except Exception:  # noqa: BLE001 - a simulator crash is a failing seed: say how to replay it
         traceback.print_exc()
         print(f"seed {args.seed} crashed\nreplay: {replay_command(args.seed, args.protocol)}")
@@ -104,7 +110,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     try:
         path = sweep(range(args.start, args.start + args.seeds), protocol=args.protocol, master=args.spark,
-                     out_dir=args.out)
+                     out_dir=args.out, adaptive=args.adaptive_heartbeat)
     except Exception as exc:
         if type(exc).__module__.startswith(("pyspark", "py4j")):  # e.g. no Java: JAVA_GATEWAY_EXITED
             raise CommandError(f"Spark: {exc}") from None

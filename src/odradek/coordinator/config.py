@@ -53,8 +53,14 @@ class CoordinatorConfig:
     min_session_timeout_ms: int = 45_000
     max_session_timeout_ms: int = 60_000
     heartbeat_interval_ms: int = 5_000
-    min_heartbeat_interval_ms: int = 5_000
+    # Kafka's default is 5 s; odradek's 250 ms lets the reconciling interval below sit under
+    # the regular one (README "Heartbeat interval while reconciling").
+    min_heartbeat_interval_ms: int = 250
     max_heartbeat_interval_ms: int = 15_000
+    # odradek's extension (consumer/interval.py): the interval answered to a member with
+    # partitions to revoke or to receive, never below the min nor above the group's regular
+    # interval; 0 answers the regular interval to everyone, as Kafka does.
+    reconciling_heartbeat_interval_ms: int = 250
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = KNOWN_ASSIGNORS
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
@@ -82,6 +88,7 @@ class CoordinatorConfig:
             "group.consumer.heartbeat.interval.ms": ("heartbeat_interval_ms", int),
             "group.consumer.min.heartbeat.interval.ms": ("min_heartbeat_interval_ms", int),
             "group.consumer.max.heartbeat.interval.ms": ("max_heartbeat_interval_ms", int),
+            "group.consumer.reconciling.heartbeat.interval.ms": ("reconciling_heartbeat_interval_ms", int),
             "group.consumer.max.size": ("max_size", int),
             "group.consumer.assignors": ("assignors", _assignors),
             "offsets.retention.minutes": ("offsets_retention_ms", lambda v: int(v) * 60_000),
@@ -112,6 +119,8 @@ class CoordinatorConfig:
             raise ValueError("group.consumer.heartbeat.interval.ms must lie within its min/max bounds")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below the session timeout")
+        if self.reconciling_heartbeat_interval_ms < 0:
+            raise ValueError("group.consumer.reconciling.heartbeat.interval.ms must be 0 (off) or more")
         if self.migration_policy not in MIGRATION_POLICIES:
             raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}")
         if self.classic_min_session_timeout_ms > self.classic_max_session_timeout_ms:
@@ -143,6 +152,7 @@ class CoordinatorConfig:
             "group.consumer.heartbeat.interval.ms": str(self.heartbeat_interval_ms),
             "group.consumer.min.heartbeat.interval.ms": str(self.min_heartbeat_interval_ms),
             "group.consumer.max.heartbeat.interval.ms": str(self.max_heartbeat_interval_ms),
+            "group.consumer.reconciling.heartbeat.interval.ms": str(self.reconciling_heartbeat_interval_ms),
             "group.consumer.max.size": str(self.max_size),
             "group.consumer.assignors": ",".join(self.assignors),
             "group.consumer.regex.refresh.interval.ms": str(self.regex_refresh_interval_ms),

@@ -42,11 +42,37 @@ def failing(rows: list[dict]) -> list[dict]:
 def summarize(table) -> list[dict]:
     """One dict per protocol (PROTOCOLS' order first, then any other, e.g. "unknown" for
     seeds that crashed before picking one). Statistics of an empty set are None."""
-    by_protocol: dict[str, list[dict]] = {}
-    for row in rows_of(table):
-        by_protocol.setdefault(row["protocol"], []).append(row)
-    order = [p for p in PROTOCOLS if p in by_protocol] + sorted(set(by_protocol) - set(PROTOCOLS))
-    return [_summary(p, by_protocol[p]) for p in order]
+    rows = rows_of(table)
+    by_protocol: dict[tuple[str, bool], list[dict]] = {}
+    for row in rows:
+        by_protocol.setdefault((row["protocol"], _adaptive(row)), []).append(row)
+    names = {p for p, _ in by_protocol}
+    order = [p for p in PROTOCOLS if p in names] + sorted(names - set(PROTOCOLS))
+    both = _both(rows)
+    out = []
+    for p in order:
+        for adaptive in (True, False):
+            if (p, adaptive) in by_protocol:
+                s = _summary(_label(p, adaptive, both), by_protocol[(p, adaptive)])
+                s["adaptive_heartbeat"] = adaptive
+                out.append(s)
+    return out
+
+
+def _adaptive(row: dict) -> bool:
+    # A table from before issue 22 has no adaptive_heartbeat column: it was off then.
+    return row.get("adaptive_heartbeat", False)
+
+
+def _both(rows: list[dict]) -> bool:
+    """The sweep ran odradek's adaptive heartbeat interval on and off (`--adaptive-heartbeat both`)."""
+    return len({_adaptive(r) for r in rows}) > 1
+
+
+def _label(protocol: str, adaptive: bool, both: bool) -> str:
+    """A row's protocol as the summary and the plot name it: with the extension on and off
+    in one table, which of the two it is."""
+    return f"{protocol} (adaptive heartbeat {'on' if adaptive else 'off'})" if both else protocol
 
 
 def _summary(protocol: str, rows: list[dict]) -> dict:
@@ -136,6 +162,8 @@ def render_png(table, path: str | os.PathLike) -> Path:
 
     rows = rows_of(table)
     protocols = [s["protocol"] for s in summarize(rows)]
+    both = _both(rows)
+    rows = [{**r, "protocol": _label(r["protocol"], _adaptive(r), both)} for r in rows]
     convergence = {p: [r["convergence_ms"] for r in rows
                        if r["protocol"] == p and r["converged"] and r["convergence_ms"] >= 0] for p in protocols}
     moved = {p: [r["moved_per_member_event"] for r in rows if r["protocol"] == p and r["member_events"] > 0]

@@ -54,6 +54,8 @@ class SeedResult:
     coordinator_moves: int = 0  # leadership of __consumer_offsets handed to another broker (issue 18)
     txn_committed: int = 0  # EOS workload: transactions committed (issue 19)
     txn_aborted: int = 0  # ... and aborted by their producer (timed-out ones the coordinator aborts are not counted)
+    # odradek's adaptive heartbeat interval for reconciling members (issue 22) was on
+    adaptive_heartbeat: bool = True
     wall_s: float = 0.0  # real seconds the seed took (not deterministic; everything else is)
     trace_tail: list[str] = field(default_factory=list)  # the last events, for a failure's report
 

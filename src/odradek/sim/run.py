@@ -96,9 +96,10 @@ def converged(world: World) -> bool:
     return not world.eos or eos_left(world) is None
 
 
-def run_seed(seed: int, protocol: str | None = None, *, trace: bool = False) -> SeedResult:
+def run_seed(seed: int, protocol: str | None = None, *, trace: bool = False,
+             adaptive_heartbeat: bool = True) -> SeedResult:
     started = time.perf_counter()
-    world = World(seed, protocol, keep_trace=trace)
+    world = World(seed, protocol, keep_trace=trace, adaptive_heartbeat=adaptive_heartbeat)
     scenario.start(world)
     world.run_until(world.fault_ms)
     scenario.heal(world)
@@ -148,6 +149,7 @@ def result_of(world: World, seed: int, ok: bool, convergence_ms: int, wall: floa
         commits_accepted=world.commit_checker.accepted + (world.eos_checker.accepted if world.eos else 0),
         commits_rejected=world.commit_checker.rejected + (world.eos_checker.rejected if world.eos else 0),
         coordinator_crashes=world.coordinator.crash_count, coordinator_moves=world.coordinator.moves,
+        adaptive_heartbeat=world.adaptive_heartbeat,
         txn_committed=world.stats.txn_committed, txn_aborted=world.stats.txn_aborted, wall_s=wall,
         trace_tail=_trace(world))
 

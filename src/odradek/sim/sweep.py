@@ -29,6 +29,7 @@ from .result import COLUMNS, PROTOCOLS, SeedResult
 RunFn = Callable[[int, "str | None"], SeedResult]
 PARQUET = "sweep.parquet"
 UNKNOWN_PROTOCOL = "unknown"  # a crashed seed's protocol when the seed was to pick it
+ADAPTIVE = ("on", "off", "both")
 
 # In-flight chunks per local worker: enough to keep every worker busy, few enough that
 # memory stays flat however many seeds there are.
@@ -37,14 +38,19 @@ _MAX_CHUNK = 50
 
 
 def sweep(seeds: Iterable[int], *, protocol: str | None = None, master: str | None = "local[2]",
-          out_dir: str | os.PathLike, run: RunFn | None = None, slices: int | None = None) -> Path:
+          out_dir: str | os.PathLike, run: RunFn | None = None, slices: int | None = None,
+          adaptive: str = "on") -> Path:
     """Run `run(seed, protocol)` for every seed and write `out_dir/sweep.parquet` (one row
     per seed, columns `result.COLUMNS`, sorted by seed); return its path.
 
     master: a Spark master URL, or None to run in this machine's processes. run defaults
     to `odradek.sim.run.run_seed`, looked up now (not at import) so it can be replaced.
     slices: Spark partitions (default 4 per core Spark reports) or local chunks.
+    adaptive: odradek's adaptive heartbeat interval "on", "off", or "both" (every seed run
+    twice, one row each: the summary compares the two, issue 22); the default run only.
     """
+    if adaptive not in ADAPTIVE:
+        raise ValueError(f"adaptive must be one of {', '.join(ADAPTIVE)}, not {adaptive!r}")
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     seeds = sorted({int(s) for s in seeds})
@@ -54,13 +60,22 @@ def sweep(seeds: Iterable[int], *, protocol: str | None = None, master: str | No
         from . import run as run_module
 
         run = run_module.run_seed
+        runs = [partial(run, adaptive_heartbeat=flag) if not flag else run
+                for flag in ((True, False) if adaptive == "both" else (adaptive == "on",))]
+    elif adaptive != "on":
+        raise ValueError("adaptive applies to the default run only")
+    else:
+        runs = [run]
     started = time.monotonic()
     where = f"Spark master {master}" if master else f"{os.cpu_count() or 1} local processes"
-    _progress(f"sweep: {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}) on {where}")
-    if master:
-        rows = _spark_rows(seeds, run, protocol, master, slices)
-    else:
-        rows = _local_rows(seeds, run, protocol, slices)
+    _progress(f"sweep: {len(seeds)} seeds ({seeds[0]}..{seeds[-1]}) on {where}"
+              + (f", adaptive heartbeat {adaptive}" if adaptive != "on" else ""))
+    rows = []
+    for one in runs:
+        if master:
+            rows += _spark_rows(seeds, one, protocol, master, slices)
+        else:
+            rows += _local_rows(seeds, one, protocol, slices)
     path = write_parquet(rows, Path(out_dir) / PARQUET)
     failed = sum(1 for r in rows if r[_VIOLATIONS] > 0 or not r[_CONVERGED])
     _progress(f"sweep: {len(rows)} seeds done in {time.monotonic() - started:.1f} s, "

@@ -64,7 +64,8 @@ class Stats:
 
 
 class World:
-    def __init__(self, seed: int, protocol: str | None = None, *, keep_trace: bool = False) -> None:
+    def __init__(self, seed: int, protocol: str | None = None, *, keep_trace: bool = False,
+                 adaptive_heartbeat: bool = True) -> None:
         from .result import GROUP_PROTOCOLS, split_protocol
 
         self.seed = seed
@@ -108,7 +109,12 @@ class World:
             min_session_timeout_ms=1000, max_session_timeout_ms=60_000, heartbeat_interval_ms=self.heartbeat_ms,
             min_heartbeat_interval_ms=50, classic_min_session_timeout_ms=1000,
             initial_rebalance_delay_ms=rng.choice((0, 300, 1000)),
-            assignors=rng.choice((("uniform", "range"), ("range", "uniform"))))
+            assignors=rng.choice((("uniform", "range"), ("range", "uniform"))),
+            # odradek's adaptive interval for reconciling members (consumer/interval.py), on
+            # by default as in the broker; off: every member heartbeats at heartbeat_ms, as
+            # in Kafka. Not drawn from the rng, so a seed replays alike either way.
+            reconciling_heartbeat_interval_ms=250 if adaptive_heartbeat else 0)
+        self.adaptive_heartbeat = adaptive_heartbeat
         self.server_assignor = rng.choice((None, "uniform", "range")) if self.protocol in ("consumer", "mixed") \
             else None
         self.subscription = ["t0", "t1"] if rng.random() < 0.5 else ["t0"]

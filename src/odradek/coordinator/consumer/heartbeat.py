@@ -59,6 +59,7 @@ from .assignment import (
     subscribed_topics,
     target_records,
 )
+from .interval import interval_ms
 from .model import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -370,7 +371,9 @@ def member_heartbeat(shard: Shard, req: HeartbeatRequest, now_ms: int, fence: Fe
 
     response: dict[str, Any] = {
         "error_code": NONE, "error_message": None, "member_id": member_id,
-        "member_epoch": reconciled.member_epoch, "heartbeat_interval": shard.heartbeat_interval_ms(gid),
+        "member_epoch": reconciled.member_epoch,
+        # odradek's adaptive interval: short while the member reconciles (consumer/interval.py)
+        "heartbeat_interval": interval_ms(shard.config, shard.heartbeat_interval_ms(gid), reconciled, target_epoch),
         "assignment": None,
     }
     if req.is_full or reconciled.assigned != base.assigned or member is None:
