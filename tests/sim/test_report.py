@@ -96,3 +96,5 @@ def test_png_when_nothing_converged_or_moved(tmp_path):
 def test_replay_command():
     assert replay_command(42, "classic-cooperative") == "odradek sim run --seed 42 --protocol classic-cooperative"
     assert replay_command(42, "unknown") == replay_command(42) == "odradek sim run --seed 42"
+    off = replay_command(42, "consumer", False)
+    assert off == "odradek sim run --seed 42 --protocol consumer --no-adaptive-heartbeat"

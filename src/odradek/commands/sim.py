@@ -70,7 +70,8 @@ def _run(args: argparse.Namespace) -> int:
         r = sim_run.run_seed(args.seed, args.protocol, trace=args.trace, adaptive_heartbeat=args.adaptive_heartbeat)
     except Exception:  # noqa: BLE001 - a simulator crash is a failing seed: say how to replay it
         traceback.print_exc()
-        print(f"seed {args.seed} crashed\nreplay: {replay_command(args.seed, args.protocol)}")
+        replay = replay_command(args.seed, args.protocol, args.adaptive_heartbeat)
+        print(f"seed {args.seed} crashed\nreplay: {replay}")
         return 1
     converged = f"converged in {r.convergence_ms} ms" if r.converged else "did not converge"
     print(f"seed {r.seed}: {r.protocol}, faults {r.faults or 'none'}, {r.members} members, {r.partitions} partitions, "
@@ -84,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"first: {r.first_violation}")
         else:
             print("no violation, but the group did not converge after the faults stopped")
-        print(f"replay: {replay_command(r.seed, r.protocol)}")
+        print(f"replay: {replay_command(r.seed, r.protocol, r.adaptive_heartbeat)}")
     if args.trace or failed:
         tail = r.trace_tail if args.trace else r.trace_tail[-TRACE_LINES:]
         if tail:
@@ -126,7 +127,7 @@ def _sweep(args: argparse.Namespace) -> int:
         what = f"{r['violation_kinds'] or 'violation'}: {r['first_violation']}" if r["violations"] \
             else "did not converge"
         print(f"  seed {r['seed']} ({r['protocol']}) {_one_line(what)}")
-        print(f"    {report.replay_command(r['seed'], r['protocol'])}")
+        print(f"    {report.replay_command(r['seed'], r['protocol'], r.get('adaptive_heartbeat', False))}")
     if len(bad) > LISTED_FAILURES:
         print(f"  ... and {len(bad) - LISTED_FAILURES} more (violations > 0 or converged = false in {path})")
     sys.stdout.flush()

@@ -16,11 +16,14 @@ from pathlib import Path
 from .result import PROTOCOLS
 
 
-def replay_command(seed: int, protocol: str | None = None) -> str:
+def replay_command(seed: int, protocol: str | None = None, adaptive_heartbeat: bool = True) -> str:
     """The one line that reruns a seed exactly. The seed draws its protocol even when told
-    one, so naming the protocol it ran replays it just the same."""
+    one, so naming the protocol it ran replays it just the same; a seed of a sweep's 'off'
+    rows ran without the adaptive heartbeat interval."""
     cmd = f"odradek sim run --seed {seed}"
-    return f"{cmd} --protocol {protocol}" if protocol in PROTOCOLS else cmd
+    if protocol in PROTOCOLS:
+        cmd += f" --protocol {protocol}"
+    return cmd if adaptive_heartbeat else cmd + " --no-adaptive-heartbeat"
 
 
 def rows_of(table) -> list[dict]:

@@ -69,7 +69,8 @@ _BROKER_TYPES = {
     "group.consumer.session.timeout.ms": INT, "group.consumer.min.session.timeout.ms": INT,
     "group.consumer.max.session.timeout.ms": INT, "group.consumer.heartbeat.interval.ms": INT,
     "group.consumer.min.heartbeat.interval.ms": INT, "group.consumer.max.heartbeat.interval.ms": INT,
-    "group.consumer.reconciling.heartbeat.interval.ms": INT, "group.consumer.max.size": INT, "group.consumer.assignors": LIST, "group.min.session.timeout.ms": INT,
+    "group.consumer.reconciling.heartbeat.interval.ms": INT, "group.consumer.max.size": INT,
+    "group.consumer.assignors": LIST, "group.min.session.timeout.ms": INT,
     "group.max.session.timeout.ms": INT, "group.max.size": INT, "group.initial.rebalance.delay.ms": INT,
     "group.consumer.migration.policy": STRING,
 }
