@@ -131,3 +131,27 @@ def test_sweep_lists_at_most_20_failures(monkeypatch, capsys, tmp_path):
     assert out.count("odradek sim run --seed") == 20
     assert f"odradek sim run --seed 119 --protocol {PROTOCOLS[119 % 4]}\n" in out and "--seed 120" not in out
     assert "... and 5 more" in out
+
+
+def test_sweep_both_ways_compares_the_adaptive_heartbeat_interval(fake_sim, capsys, tmp_path):
+    rc, out = sim(capsys, "sweep", "--seeds", "5", "--protocol", "consumer", "--no-spark", "--out", str(tmp_path),
+                  "--adaptive-heartbeat", "both")
+    assert rc == 1  # fake seed 3 has a violation, in both modes
+    rows = pq.read_table(tmp_path / "sweep.parquet").to_pylist()
+    both = [(s, f) for s in range(5) for f in (False, True)]
+    assert sorted((r["seed"], r["adaptive_heartbeat"]) for r in rows) == both
+    assert "| consumer (adaptive heartbeat on) | 5 |" in out and "| consumer (adaptive heartbeat off) | 5 |" in out
+    # the off row's failure replays with the extension off
+    assert "\n    odradek sim run --seed 3 --protocol consumer --no-adaptive-heartbeat\n" in out
+
+
+def test_run_without_the_adaptive_heartbeat_interval(monkeypatch, capsys):
+    import odradek.sim.run
+
+    seen = []
+    monkeypatch.setattr(odradek.sim.run, "run_seed",
+                        lambda seed, protocol=None, **kw: seen.append(kw) or fakes.fake_run(seed, protocol, **kw))
+    rc, _ = sim(capsys, "run", "--seed", "1", "--no-adaptive-heartbeat")
+    assert rc == 0 and seen[-1]["adaptive_heartbeat"] is False
+    sim(capsys, "run", "--seed", "1")
+    assert seen[-1]["adaptive_heartbeat"] is True
